@@ -1,0 +1,136 @@
+package refresh
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseDuration(t *testing.T) {
+	tests := []struct {
+		in   string
+		want time.Duration
+	}{
+		{"0", 0},
+		{"90s", 90 * time.Second},
+		{"1h30m", 90 * time.Minute},
+		{"PT5M", 5 * time.Minute},
+		{"pt1h", time.Hour},
+		{"P1D", 24 * time.Hour},
+		{"P1W", 7 * 24 * time.Hour},
+		{"P1DT2H30M15S", 26*time.Hour + 30*time.Minute + 15*time.Second},
+		{"PT0.5S", 500 * time.Millisecond},
+		{"1 minute", time.Minute},
+		{"5 minute", 5 * time.Minute},
+		{"10 minutes", 10 * time.Minute},
+		{"2 hours", 2 * time.Hour},
+		{"1 hour 30 minutes", 90 * time.Minute},
+		{"1 hour and 30 minutes", 90 * time.Minute},
+		{"1 week", 7 * 24 * time.Hour},
+		{"  3 days ", 72 * time.Hour},
+		{"30 sec", 30 * time.Second},
+	}
+	for _, tt := range tests {
+		got, err := ParseDuration(tt.in)
+		if err != nil || got != tt.want {
+			t.Errorf("ParseDuration(%q) = %v, %v; want %v", tt.in, got, err, tt.want)
+		}
+	}
+	bad := []struct{ in, want string }{
+		{"", "empty duration"},
+		{"-5m", "negative"},
+		{"5 fortnights", "expected a Go duration"},
+		{"P1Y", "years and months"},
+		{"P1M", "years and months"},
+		{"PT", "ISO 8601"},
+		{"P", "ISO 8601"},
+		{"11 years", "expected a Go duration"},
+		{"600 weeks", "maximum of 10 years"},
+		{"100000h", "maximum of 10 years"},
+		{"minutes", "expected a Go duration"},
+	}
+	for _, tt := range bad {
+		if _, err := ParseDuration(tt.in); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("ParseDuration(%q) error = %v; want it to contain %q", tt.in, err, tt.want)
+		}
+	}
+}
+
+func TestFormatDuration(t *testing.T) {
+	for d, want := range map[time.Duration]string{0: "0s", time.Hour: "1h", 90 * time.Minute: "1h30m", 90 * time.Second: "1m30s", 5 * time.Minute: "5m", time.Hour + time.Second: "1h0m1s"} {
+		if got := FormatDuration(d); got != want {
+			t.Errorf("FormatDuration(%v) = %q; want %q", d, got, want)
+		}
+		back, err := ParseDuration(FormatDuration(d))
+		if err != nil || back != d {
+			t.Errorf("round trip of %v = %v, %v", d, back, err)
+		}
+	}
+}
+
+func TestParsePolicy(t *testing.T) {
+	p, err := ParsePolicy([]byte(`{"timeout":"PT10M","retries":["0","1 minute"],"align":false}`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Timeout != Duration(10*time.Minute) || len(p.Retries) != 2 || p.Align || p.OnExhausted != Disable {
+		t.Errorf("ParsePolicy = %+v", p)
+	}
+	if got := string(p.JSON()); got != `{"timeout":"10m","retries":["0s","1m"],"align":false,"on_exhausted":"disable"}` {
+		t.Errorf("JSON = %s", got)
+	}
+	// Missing fields come from the base.
+	def := DefaultPolicy()
+	q, err := ParsePolicy([]byte(`{"on_exhausted":"wait_next","give_up_after":"1 week"}`), &def)
+	if err != nil || len(q.Retries) != 6 || !q.Align || q.GiveUpAfter != Duration(168*time.Hour) {
+		t.Errorf("ParsePolicy on default = %+v, %v", q, err)
+	}
+	bad := []struct{ in, want string }{
+		{`{"timeout":"0s"}`, "timeout 0s: expected from 1s to 7 days"},
+		{`{"timeout":"8 days"}`, "timeout 192h: expected from 1s to 7 days"},
+		{`{"timeout":60}`, `expected a string such as "5m"`},
+		{`{"retries":["1m","-1m"]}`, "negative"},
+		{`{"retries":["1m","400 days"]}`, "retries[1] 9600h: expected from 0s to 365 days"},
+		{`{"on_exhausted":"panic"}`, `on_exhausted "panic": expected "disable" or "wait_next"`},
+		{`{"colour":"red"}`, `unknown field "colour"`},
+		{`{"align":"yes"}`, "align"},
+		{`{} {}`, "trailing data"},
+		{`not json`, "invalid"},
+	}
+	for _, tt := range bad {
+		_, err := ParsePolicy([]byte(tt.in), nil)
+		if err == nil || !strings.Contains(err.Error(), tt.want) || !errors.Is(err, ErrInvalidPolicy) {
+			t.Errorf("ParsePolicy(%s) error = %v; want ErrInvalidPolicy containing %q", tt.in, err, tt.want)
+		}
+	}
+}
+
+func TestParseDelays(t *testing.T) {
+	got, err := ParseDelays("0, 1 minute, PT5M,15m")
+	if err != nil || len(got) != 4 || got[1] != Duration(time.Minute) || got[2] != Duration(5*time.Minute) {
+		t.Errorf("ParseDelays = %v, %v", got, err)
+	}
+	if _, err := ParseDelays("0,,5m"); err == nil || !strings.Contains(err.Error(), "retry 2: empty duration") {
+		t.Errorf("ParseDelays with a hole: %v", err)
+	}
+}
+
+func FuzzParseDuration(f *testing.F) {
+	for _, s := range []string{"90s", "PT5M", "1 hour and 30 minutes", "P1DT2H", "-1s", "5 minute", "P99999999W"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		d, err := ParseDuration(s)
+		if err != nil {
+			return
+		}
+		if d < 0 || d > MaxDuration {
+			t.Fatalf("ParseDuration(%q) = %v outside [0, MaxDuration]", s, d)
+		}
+		back, err := ParseDuration(FormatDuration(d))
+		if err != nil || back != d {
+			t.Fatalf("round trip of %q: %v -> %q -> %v, %v", s, d, FormatDuration(d), back, err)
+		}
+	})
+}

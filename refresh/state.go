@@ -1,0 +1,243 @@
+// Package refresh is the pure core of bigtables: the refresh-retry state
+// machine of the seed design, its policies and durations. It imports no
+// database or Redis code and never reads the clock: every transition takes
+// now as an argument and returns the new state as a value, which the store
+// applies in one guarded statement.
+package refresh
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/bigtables/bigtables/schedule"
+	"github.com/lucsky/cuid"
+)
+
+// State is the refresh state of one record: the columns the transitions
+// read and write. A zero time.Time stands for NULL.
+type State struct {
+	// RefreshAt is when the next attempt starts, unconditionally; zero means
+	// nothing is planned.
+	RefreshAt time.Time
+	// AttemptUID identifies the running attempt; empty when none runs.
+	AttemptUID string
+	// AttemptNo counts attempts since the last success: +1 on start, 0 on
+	// success.
+	AttemptNo int
+	// StartedAt is when the running attempt started.
+	StartedAt time.Time
+	// DeadlineAt is when the running attempt counts as timed out.
+	DeadlineAt time.Time
+	// FailingSince is when the first failed attempt since the last success
+	// started; zero while healthy. GiveUpAfter is measured from it.
+	FailingSince time.Time
+	// Disabled is set by a final failure; only a manual update clears it.
+	Disabled bool
+	// DisabledReason is the user-friendly text shown while Disabled.
+	DisabledReason string
+}
+
+// Running reports whether an attempt is in progress.
+func (s State) Running() bool { return s.AttemptUID != "" }
+
+// Due reports whether the scheduler should start an attempt at now.
+func (s State) Due(now time.Time) bool {
+	return !s.Disabled && !s.Running() && !s.RefreshAt.IsZero() && !s.RefreshAt.After(now)
+}
+
+// TimedOut reports whether the running attempt's deadline has passed at now.
+func (s State) TimedOut(now time.Time) bool {
+	return s.Running() && !s.DeadlineAt.IsZero() && !s.DeadlineAt.After(now)
+}
+
+// Rules are what a record's transitions depend on besides its state: its
+// schedule (nil for one-off records) and its policy.
+type Rules struct {
+	Schedule *schedule.Schedule
+	Policy   Policy
+}
+
+// Errors returned by transitions that do not apply.
+var (
+	// ErrStale means a result names an attempt that is not the record's
+	// running attempt (superseded, timed out, or already applied).
+	ErrStale = errors.New("stale attempt")
+	// ErrNotDue means Start was asked for a record that is disabled, already
+	// running or not yet due.
+	ErrNotDue = errors.New("record is not due")
+)
+
+// NewAttemptUID returns a new attempt id: a cuid drawn from crypto/rand, so
+// replicas started in the same second cannot collide (LIBRARY-NOTES.md).
+func NewAttemptUID() string {
+	id, err := cuid.NewCrypto(rand.Reader)
+	if err != nil {
+		// crypto/rand.Reader does not fail on supported platforms.
+		panic(fmt.Sprintf("draw attempt uid: %v", err))
+	}
+	return id
+}
+
+// Start begins an attempt at now: a new attempt uid, attempt_no + 1, a
+// deadline now + timeout, and refresh_at the first planned refresh after the
+// deadline (zero when the schedule has none).
+func (r Rules) Start(s State, now time.Time, attemptUID string) (State, error) {
+	if !s.Due(now) {
+		return s, ErrNotDue
+	}
+	s.AttemptUID = attemptUID
+	s.AttemptNo++
+	s.StartedAt = now
+	s.DeadlineAt = now.Add(time.Duration(r.Policy.Timeout))
+	s.RefreshAt = r.Schedule.Next(s.DeadlineAt)
+	return s, nil
+}
+
+// Succeed applies a success of the running attempt attemptUID: attempt_no
+// back to 0 and refresh_at the first planned refresh after now.
+func (r Rules) Succeed(s State, now time.Time, attemptUID string) (State, error) {
+	if !s.Running() || s.AttemptUID != attemptUID {
+		return s, ErrStale
+	}
+	s = s.clearAttempt()
+	s.AttemptNo = 0
+	s.FailingSince = time.Time{}
+	s.RefreshAt = r.Schedule.Next(now)
+	return s, nil
+}
+
+// Failure describes why an attempt failed.
+type Failure struct {
+	// Message is the worker's message, or "timeout".
+	Message string
+	// NotRetryable makes the failure final at once (e.g. the URL is invalid).
+	NotRetryable bool
+	// Reason is a user-friendly reason; a final failure shows it as the
+	// disabled reason when given.
+	Reason string
+}
+
+// Decision says which branch of the failure transition was taken.
+type Decision string
+
+// The failure branches.
+const (
+	// Retry: refresh_at is now + the policy's delay.
+	Retry Decision = "retry"
+	// RetryNoPlan: the schedule has no planned refresh; refresh_at is now + delay.
+	RetryNoPlan Decision = "retry_no_plan"
+	// AlignedAfter: now + delay is after the next planned refresh, so the
+	// planned refresh is the retry.
+	AlignedAfter Decision = "aligned_after_plan"
+	// AlignedOverlap: the retry would still run at the next planned refresh
+	// (now + delay + timeout is after it), so the planned refresh is the retry.
+	AlignedOverlap Decision = "aligned_overlap"
+	// WaitingNext: retries ran out under on_exhausted=wait_next; attempt_no is
+	// reset and refresh_at is the next planned refresh.
+	WaitingNext Decision = "wait_next"
+	// Exhausted: retries ran out; the record is disabled.
+	Exhausted Decision = "exhausted"
+	// NotRetryable: the worker said the failure is permanent; disabled.
+	NotRetryable Decision = "not_retryable"
+	// GaveUp: the record failed for longer than give_up_after; disabled.
+	GaveUp Decision = "gave_up"
+)
+
+// Final reports whether the decision disables the record.
+func (d Decision) Final() bool { return d == Exhausted || d == NotRetryable || d == GaveUp }
+
+// Step explains a failure transition: the branch taken and the times it
+// compared. Delay and Planned are zero where they did not matter.
+type Step struct {
+	Decision Decision
+	Delay    time.Duration
+	Planned  time.Time
+}
+
+// Fail applies a failure of the running attempt attemptUID at now.
+func (r Rules) Fail(s State, now time.Time, attemptUID string, f Failure) (State, Step, error) {
+	if !s.Running() || s.AttemptUID != attemptUID {
+		return s, Step{}, ErrStale
+	}
+	if s.FailingSince.IsZero() {
+		s.FailingSince = s.StartedAt
+		if s.FailingSince.IsZero() {
+			s.FailingSince = now
+		}
+	}
+	s = s.clearAttempt()
+	p := r.Policy
+
+	if f.NotRetryable {
+		return final(s, f.Reason, ""), Step{Decision: NotRetryable}, nil
+	}
+	if p.GiveUpAfter > 0 && now.Sub(s.FailingSince) >= time.Duration(p.GiveUpAfter) {
+		why := fmt.Sprintf("Cannot refresh BigTable: no success since %s (gave up after %s)",
+			s.FailingSince.UTC().Format(time.RFC3339), p.GiveUpAfter)
+		return final(s, f.Reason, why), Step{Decision: GaveUp}, nil
+	}
+	planned := r.Schedule.Next(now)
+	if s.AttemptNo > len(p.Retries) {
+		if p.OnExhausted == WaitNext && !planned.IsZero() {
+			s.AttemptNo = 0
+			s.RefreshAt = planned
+			return s, Step{Decision: WaitingNext, Planned: planned}, nil
+		}
+		return final(s, f.Reason, ""), Step{Decision: Exhausted, Planned: planned}, nil
+	}
+	delay := time.Duration(p.Retries[max(s.AttemptNo, 1)-1])
+	retryAt := now.Add(delay)
+	step := Step{Delay: delay, Planned: planned}
+	switch {
+	case planned.IsZero():
+		s.RefreshAt, step.Decision = retryAt, RetryNoPlan
+	case p.Align && retryAt.After(planned):
+		s.RefreshAt, step.Decision = planned, AlignedAfter
+	case p.Align && retryAt.Add(time.Duration(p.Timeout)).After(planned):
+		s.RefreshAt, step.Decision = planned, AlignedOverlap
+	default:
+		s.RefreshAt, step.Decision = retryAt, Retry
+	}
+	return s, step, nil
+}
+
+// final disables the record. The reason shown is the worker's user-friendly
+// reason if it gave one, else why, else the seed's default text.
+func final(s State, workerReason, why string) State {
+	s.RefreshAt = time.Time{}
+	s.DeadlineAt = time.Time{}
+	s.Disabled = true
+	switch {
+	case workerReason != "":
+		s.DisabledReason = workerReason
+	case why != "":
+		s.DisabledReason = why
+	default:
+		s.DisabledReason = fmt.Sprintf("Cannot refresh BigTable after %d attempt(s)", s.AttemptNo)
+	}
+	return s
+}
+
+// Update is the manual save of a record by a person: it re-enables the
+// record, resets attempt_no, cancels any running attempt (whose results become
+// stale) and plans a refresh at now. It returns the cancelled attempt's uid,
+// or "".
+func Update(s State, now time.Time) (State, string) {
+	cancelled := s.AttemptUID
+	s = s.clearAttempt()
+	s.AttemptNo = 0
+	s.FailingSince = time.Time{}
+	s.Disabled = false
+	s.DisabledReason = ""
+	s.RefreshAt = now
+	return s, cancelled
+}
+
+func (s State) clearAttempt() State {
+	s.AttemptUID = ""
+	s.StartedAt = time.Time{}
+	s.DeadlineAt = time.Time{}
+	return s
+}
