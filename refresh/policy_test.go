@@ -134,3 +134,30 @@ func FuzzParseDuration(f *testing.F) {
 		}
 	})
 }
+
+func TestValidateRecord(t *testing.T) {
+	for _, ok := range []string{"https://example.com/a.csv", "http://127.0.0.1:8080/x?y=1", "s3://bucket/key"} {
+		if err := ValidateInputURL(ok); err != nil {
+			t.Errorf("ValidateInputURL(%q) = %v", ok, err)
+		}
+	}
+	for in, want := range map[string]string{
+		"":                                      "empty",
+		"example.com/x":                         "no scheme",
+		"http:///x":                             "no host",
+		"http://x/a b":                          "spaces",
+		"http://x/" + strings.Repeat("a", 2100): "at most 2048",
+	} {
+		if err := ValidateInputURL(in); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ValidateInputURL(%.40q) = %v; want %q", in, err, want)
+		}
+	}
+	for in, want := range map[string]string{"": "empty", "a b": "spaces", strings.Repeat("x", 201): "at most 200"} {
+		if err := ValidateUID(in); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ValidateUID(%.40q) = %v; want %q", in, err, want)
+		}
+	}
+	if err := ValidateUID("report-2024.q1:eu"); err != nil {
+		t.Error(err)
+	}
+}

@@ -1,0 +1,372 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/bigtables/bigtables/refresh"
+	"github.com/bigtables/bigtables/schedule"
+	"github.com/bigtables/bigtables/store"
+)
+
+func runMigrate(ctx context.Context, e env, args []string) error {
+	var cfg Config
+	fs := flagSet(e, "migrate", "migrate [flags]", &cfg)
+	if _, err := parse(fs, args, 0); err != nil {
+		return err
+	}
+	st, err := cfg.openStore(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	applied, err := st.Migrate(ctx)
+	if err != nil {
+		return err
+	}
+	if len(applied) == 0 {
+		fmt.Fprintln(e.stdout, "database schema is up to date")
+	}
+	for _, m := range applied {
+		fmt.Fprintf(e.stdout, "applied migration %s\n", m.Name)
+	}
+	return nil
+}
+
+// defFlags are the flags that set a record's definition and policy.
+type defFlags struct {
+	inputURL, schedule, timeout, retries, onExhausted, giveUpAfter, refreshAt, policy string
+	align                                                                             bool
+}
+
+func (d *defFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&d.inputURL, "input-url", "", "what the worker refreshes from: an absolute URL")
+	fs.StringVar(&d.schedule, "schedule", "", "RFC 5545 schedule: DTSTART and RRULE lines (a literal \\n between them works); empty: one-off")
+	fs.StringVar(&d.timeout, "timeout", "", "how long one attempt may run: 90s, PT5M, \"10 minutes\" (default 1h)")
+	fs.StringVar(&d.retries, "retries", "", "delays after failures 1, 2, ...: 0,1m,5m (default 0,1m,5m,15m,30m,1h); empty for none")
+	fs.BoolVar(&d.align, "align", true, "keep retries aligned with the schedule")
+	fs.StringVar(&d.onExhausted, "on-exhausted", "", "when retries run out: disable (default) or wait_next")
+	fs.StringVar(&d.giveUpAfter, "give-up-after", "", "disable after failing this long without a success, e.g. \"1 week\" (default never)")
+	fs.StringVar(&d.refreshAt, "refresh-at", "now", "first refresh: RFC 3339 time or now")
+	fs.StringVar(&d.policy, "policy", "", "whole policy as JSON, or a file holding it; other flags override its fields")
+}
+
+// apply sets on def and pol what the flags that were given say. set names
+// the flags given on the command line. Every value is validated before
+// anything is written.
+func (d *defFlags) apply(set map[string]bool, def *store.Definition, pol *refresh.Policy, now time.Time) error {
+	if set["input-url"] {
+		if err := refresh.ValidateInputURL(d.inputURL); err != nil {
+			return usageError{err.Error()}
+		}
+		def.InputURL = d.inputURL
+	}
+	if set["schedule"] {
+		s, err := schedule.Parse(d.schedule, now)
+		if err == nil {
+			err = s.Validate()
+		}
+		if err != nil {
+			return usagef("--schedule: %v", err)
+		}
+		def.Schedule = s.String()
+	}
+	if set["policy"] {
+		text := d.policy
+		if !strings.HasPrefix(strings.TrimSpace(text), "{") {
+			b, err := os.ReadFile(text)
+			if err != nil {
+				return usagef("--policy: expected a JSON object or a file holding one: %v", err)
+			}
+			text = string(b)
+		}
+		p, err := refresh.ParsePolicy([]byte(text), pol)
+		if err != nil {
+			return usagef("--policy: %v", err)
+		}
+		*pol = p
+	}
+	if set["timeout"] {
+		t, err := refresh.ParseDuration(d.timeout)
+		if err != nil {
+			return usagef("--timeout: %v", err)
+		}
+		pol.Timeout = refresh.Duration(t)
+	}
+	if set["retries"] {
+		r, err := refresh.ParseDelays(d.retries)
+		if err != nil {
+			return usagef("--retries: %v", err)
+		}
+		pol.Retries = r
+	}
+	if set["align"] {
+		pol.Align = d.align
+	}
+	if set["on-exhausted"] {
+		pol.OnExhausted = refresh.OnExhausted(d.onExhausted)
+	}
+	if set["give-up-after"] {
+		g, err := refresh.ParseDuration(d.giveUpAfter)
+		if err != nil {
+			return usagef("--give-up-after: %v", err)
+		}
+		pol.GiveUpAfter = refresh.Duration(g)
+	}
+	if err := pol.Validate(); err != nil {
+		return usageError{err.Error()}
+	}
+	def.Policy = pol.JSON()
+	return nil
+}
+
+// refreshTime reads --refresh-at: nil for now.
+func (d *defFlags) refreshTime() (*time.Time, error) {
+	if d.refreshAt == "" || d.refreshAt == "now" {
+		return nil, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, d.refreshAt)
+	if err != nil {
+		return nil, usagef("--refresh-at %q: expected an RFC 3339 time (2024-01-02T15:04:05Z) or now", d.refreshAt)
+	}
+	return &t, nil
+}
+
+func setFlags(fs *flag.FlagSet) map[string]bool {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	return set
+}
+
+// defaultPolicy is the configured default policy: BIGTABLES_DEFAULT_POLICY
+// (JSON) over the built-in default.
+func defaultPolicy(e env) (refresh.Policy, error) {
+	p := refresh.DefaultPolicy()
+	if text := e.getenv("BIGTABLES_DEFAULT_POLICY"); text != "" {
+		var err error
+		if p, err = refresh.ParsePolicy([]byte(text), &p); err != nil {
+			return refresh.Policy{}, usagef("BIGTABLES_DEFAULT_POLICY: %v", err)
+		}
+	}
+	return p, nil
+}
+
+func runAdd(ctx context.Context, e env, args []string) error {
+	var cfg Config
+	var d defFlags
+	var uid string
+	fs := flagSet(e, "add", "add --uid U --input-url URL [flags]", &cfg)
+	fs.StringVar(&uid, "uid", "", "the record's id (required)")
+	d.register(fs)
+	if _, err := parse(fs, args, 0); err != nil {
+		return err
+	}
+	set := setFlags(fs)
+	if err := refresh.ValidateUID(uid); err != nil {
+		return usagef("--uid: %v", err)
+	}
+	if !set["input-url"] {
+		return usagef("--input-url is required")
+	}
+	pol, err := defaultPolicy(e)
+	if err != nil {
+		return err
+	}
+	var def store.Definition
+	if err := d.apply(set, &def, &pol, time.Now()); err != nil {
+		return err
+	}
+	at, err := d.refreshTime()
+	if err != nil {
+		return err
+	}
+	st, err := cfg.openStore(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	row, err := st.Add(ctx, uid, def, at)
+	if err != nil {
+		return err
+	}
+	return writeJSON(e, recordJSON(row, nil))
+}
+
+func runUpdate(ctx context.Context, e env, args []string) error {
+	var cfg Config
+	var d defFlags
+	fs := flagSet(e, "update", "update U [flags]", &cfg)
+	d.register(fs)
+	pos, err := parse(fs, args, 1)
+	if err != nil {
+		return err
+	}
+	set := setFlags(fs)
+	at, err := d.refreshTime()
+	if err != nil {
+		return err
+	}
+	st, err := cfg.openStore(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	row, err := st.Update(ctx, pos[0], func(def *store.Definition) error {
+		pol, err := refresh.ParsePolicy(def.Policy, nil)
+		if err != nil {
+			// The stored policy is unreadable: the update may replace it.
+			if pol, err = defaultPolicy(e); err != nil {
+				return err
+			}
+		}
+		return d.apply(set, def, &pol, time.Now())
+	}, at)
+	if err != nil {
+		var ue usageError
+		if errors.As(err, &ue) {
+			return ue
+		}
+		return err
+	}
+	return writeJSON(e, recordJSON(row, nil))
+}
+
+func runShow(ctx context.Context, e env, args []string) error {
+	var cfg Config
+	var history int
+	fs := flagSet(e, "show", "show U [--history N]", &cfg)
+	fs.IntVar(&history, "history", 0, "also print the last N finished attempts")
+	pos, err := parse(fs, args, 1)
+	if err != nil {
+		return err
+	}
+	st, err := cfg.openStore(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	row, err := st.Get(ctx, pos[0])
+	if err != nil {
+		return err
+	}
+	var h []store.Attempt
+	if history > 0 {
+		if h, err = st.History(ctx, row.UID, history); err != nil {
+			return err
+		}
+		if h == nil {
+			h = []store.Attempt{}
+		}
+	}
+	return writeJSON(e, recordJSON(row, h))
+}
+
+func runList(ctx context.Context, e env, args []string) error {
+	var cfg Config
+	var disabled, asJSON bool
+	var limit int
+	fs := flagSet(e, "list", "list [--disabled] [--json] [--limit N]", &cfg)
+	fs.BoolVar(&disabled, "disabled", false, "only disabled records")
+	fs.BoolVar(&asJSON, "json", false, "print a JSON array of records, as show does")
+	fs.IntVar(&limit, "limit", 1000, "at most this many records")
+	if _, err := parse(fs, args, 0); err != nil {
+		return err
+	}
+	st, err := cfg.openStore(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	rows, err := st.List(ctx, store.ListOptions{DisabledOnly: disabled, Limit: limit})
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		out := make([]map[string]any, 0, len(rows))
+		for _, r := range rows {
+			out = append(out, recordJSON(r, nil))
+		}
+		return writeJSON(e, out)
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "UID\tSTATE\tATTEMPT\tREFRESH_AT\tINPUT_URL\tREASON")
+	for _, r := range rows {
+		state := "waiting"
+		switch {
+		case r.Disabled:
+			state = "disabled"
+		case r.Running():
+			state = "running"
+		case r.RefreshAt.IsZero():
+			state = "idle"
+		}
+		at := "-"
+		if !r.RefreshAt.IsZero() {
+			at = r.RefreshAt.Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", r.UID, state, r.AttemptNo, at, r.InputURL, r.DisabledReason)
+	}
+	return tw.Flush()
+}
+
+// timeLayout is RFC 3339 with microseconds, PostgreSQL's precision.
+const timeLayout = "2006-01-02T15:04:05.000000Z07:00"
+
+func jsonTime(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t.UTC().Format(timeLayout)
+}
+
+func jsonText(s string, present bool) any {
+	if !present {
+		return nil
+	}
+	return s
+}
+
+// recordJSON renders a row with the column names of DESIGN.md; NULLs are null.
+func recordJSON(r store.Row, history []store.Attempt) map[string]any {
+	m := map[string]any{
+		"uid":                   r.UID,
+		"input_url":             r.InputURL,
+		"schedule":              r.Schedule,
+		"policy":                json.RawMessage(r.Policy),
+		"refresh_at":            jsonTime(r.RefreshAt),
+		"attempt_uid":           jsonText(r.AttemptUID, r.AttemptUID != ""),
+		"attempt_no":            r.AttemptNo,
+		"started_at":            jsonTime(r.StartedAt),
+		"deadline_at":           jsonTime(r.DeadlineAt),
+		"failing_since":         jsonTime(r.FailingSince),
+		"disabled_until_update": r.Disabled,
+		"disabled_reason":       jsonText(r.DisabledReason, r.Disabled),
+		"status_message":        jsonText(r.StatusMessage, r.StatusMessage != ""),
+		"created_at":            jsonTime(r.CreatedAt),
+		"updated_at":            jsonTime(r.UpdatedAt),
+	}
+	if history != nil {
+		h := make([]map[string]any, 0, len(history))
+		for _, a := range history {
+			h = append(h, map[string]any{
+				"attempt_uid": a.AttemptUID, "attempt_no": a.AttemptNo, "started_at": jsonTime(a.StartedAt),
+				"finished_at": jsonTime(a.FinishedAt), "outcome": a.Outcome, "message": a.Message, "decision": a.Decision,
+			})
+		}
+		m["history"] = h
+	}
+	return m
+}
+
+func writeJSON(e env, v any) error {
+	enc := json.NewEncoder(e.stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}

@@ -1,0 +1,115 @@
+// Package testsvc gives tests their own PostgreSQL database and their own
+// Redis keys on the real services, found through TEST_DATABASE_URL and
+// TEST_REDIS_URL (defaults: the local services). A missing service is a
+// visible skip on a developer's machine and a failure in CI (CI set).
+package testsvc
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/bigtables/bigtables/queue"
+	"github.com/jmoiron/sqlx"
+	_ "github.com/lib/pq" // PostgreSQL driver
+	"github.com/redis/go-redis/v9"
+)
+
+// Default service URLs, those of scripts/services.sh.
+const (
+	DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable&connect_timeout=5"
+	DefaultRedisURL    = "redis://127.0.0.1:6379/0"
+)
+
+func env(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// unavailable skips the test outside CI and fails it in CI.
+func unavailable(t testing.TB, what string, err error) {
+	t.Helper()
+	if os.Getenv("CI") != "" {
+		t.Fatalf("%s is not available in CI: %v (scripts/services.sh starts it)", what, err)
+	}
+	t.Skipf("skipping: %s is not available: %v (run scripts/services.sh, or set CI=1 to make this a failure)", what, err)
+}
+
+// RandomID returns a short random hex id for names.
+func RandomID() string {
+	b := make([]byte, 6)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// Database creates an empty database for the test, drops it when the test
+// ends, and returns its URL.
+func Database(t testing.TB) string {
+	t.Helper()
+	admin := env("TEST_DATABASE_URL", DefaultDatabaseURL)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	db, err := sqlx.Open("postgres", admin)
+	if err == nil {
+		err = db.PingContext(ctx)
+	}
+	if err != nil {
+		unavailable(t, "PostgreSQL at "+redact(admin), err)
+	}
+	name := "bt_test_" + RandomID()
+	if _, err := db.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
+		db.Close()
+		t.Fatalf("create test database: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := db.ExecContext(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+			t.Errorf("drop test database %s: %v", name, err)
+		}
+		db.Close()
+	})
+	u, err := url.Parse(admin)
+	if err != nil {
+		t.Fatalf("parse TEST_DATABASE_URL: %v", err)
+	}
+	u.Path = "/" + name
+	return u.String()
+}
+
+// Redis returns the Redis URL, a client, and queue names private to the test;
+// the test's keys are deleted when it ends.
+func Redis(t testing.TB) (string, redis.UniversalClient, queue.Names) {
+	t.Helper()
+	rawURL := env("TEST_REDIS_URL", DefaultRedisURL)
+	rdb, err := queue.Connect(context.Background(), rawURL)
+	if err != nil {
+		unavailable(t, "Redis", err)
+	}
+	prefix := "bt-test-" + RandomID() + ":"
+	names := queue.Names{Input: prefix + "input", Output: prefix + "output", Dead: prefix + "dead"}
+	t.Cleanup(func() {
+		ctx := context.Background()
+		iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+		for iter.Next(ctx) {
+			rdb.Del(ctx, iter.Val())
+		}
+		rdb.Close()
+	})
+	return rawURL, rdb, names
+}
+
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(bad URL)"
+	}
+	return fmt.Sprint(u.Redacted())
+}

@@ -1,0 +1,120 @@
+package protocol
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+)
+
+func TestDecodeResult(t *testing.T) {
+	r, err := DecodeResult([]byte(`{"big_table_uid":"bt1","refresh_attempt_uid":"c1","type":"failure","retryable":false,"user_friendly_reason":"Provided URL is invalid: x","extra":{"ignored":true}}`), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.BigTableUID != "bt1" || r.AttemptUID != "c1" || r.Type != Failure || !r.NotRetryable() || r.UserFriendlyReason != "Provided URL is invalid: x" {
+		t.Errorf("DecodeResult = %+v", r)
+	}
+	long := strings.Repeat("é", MaxTextLen+10)
+	r, err = DecodeResult([]byte(`{"big_table_uid":"bt1","refresh_attempt_uid":"c1","type":"success","message":"`+long+`"}`), 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := utf8.RuneCountInString(r.Message); n != MaxTextLen || !strings.HasSuffix(r.Message, "…(truncated)") {
+		t.Errorf("long message kept %d characters: %q...", n, r.Message[len(r.Message)-20:])
+	}
+
+	bad := []struct{ in, want string }{
+		{``, "not a JSON object"},
+		{`[1,2]`, "not a JSON object"},
+		{`{"big_table_uid":"bt1"`, "invalid JSON"},
+		{`{"big_table_uid":1,"refresh_attempt_uid":"c1","type":"success"}`, "field big_table_uid is a JSON number: expected a string"},
+		{`{"big_table_uid":"b","refresh_attempt_uid":"c1","type":"failure","retryable":"no"}`, "field retryable is a JSON string: expected true or false"},
+		{`{"refresh_attempt_uid":"c1","type":"success"}`, "big_table_uid is missing"},
+		{`{"big_table_uid":"b","type":"success"}`, "refresh_attempt_uid is missing"},
+		{`{"big_table_uid":"b","refresh_attempt_uid":"c1"}`, "type is missing"},
+		{`{"big_table_uid":"b","refresh_attempt_uid":"c1","type":"done"}`, `unknown type "done"`},
+		{`{"big_table_uid":"b","refresh_attempt_uid":"c1","type":"success","retryable":false}`, "retryable is only allowed on a failure"},
+		{`{"big_table_uid":"b","refresh_attempt_uid":"c1","type":"success"} {}`, "data after the object"},
+		{`{"big_table_uid":"` + strings.Repeat("x", 300) + `","refresh_attempt_uid":"c1","type":"success"}`, "longer than 200"},
+		{"{\"big_table_uid\":\"b\xff\"}", "not valid UTF-8"},
+		{`{"big_table_uid":"b","refresh_attempt_uid":"c1","type":"success","message":"` + strings.Repeat("x", 100) + `"}`, "over the limit of 100"},
+	}
+	for _, tt := range bad {
+		_, err := DecodeResult([]byte(tt.in), 100+boolInt(!strings.Contains(tt.want, "limit"))*1000)
+		if err == nil || !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("DecodeResult(%.60s) error = %v; want ErrMalformed containing %q", tt.in, err, tt.want)
+		}
+	}
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func TestJobRoundTrip(t *testing.T) {
+	j := Job{BigTableUID: "bt", AttemptUID: "c1", InputURL: "http://x/", AttemptNo: 2,
+		DeadlineAt: time.Date(2024, 1, 2, 3, 4, 5, 600, time.FixedZone("X", 3600))}
+	got, err := DecodeJob(j.Encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.DeadlineAt.Equal(j.DeadlineAt) || got.AttemptUID != "c1" || got.AttemptNo != 2 {
+		t.Errorf("round trip = %+v", got)
+	}
+	if !strings.Contains(string(j.Encode()), `"deadline_at":"2024-01-02T02:04:05.0000006Z"`) {
+		t.Errorf("deadline not RFC 3339 UTC: %s", j.Encode())
+	}
+	if _, err := DecodeJob([]byte(`{"big_table_uid":"b","refresh_attempt_uid":"c"}`)); err == nil {
+		t.Error("job without deadline accepted")
+	}
+}
+
+func FuzzDecodeResult(f *testing.F) {
+	for _, s := range []string{
+		`{"big_table_uid":"bt1","refresh_attempt_uid":"c1","type":"success"}`,
+		`{"big_table_uid":"bt1","refresh_attempt_uid":"c1","type":"failure","retryable":false,"user_friendly_reason":"r"}`,
+		`{"big_table_uid":"bt1","refresh_attempt_uid":"c1","type":"user_friendly_status","message":"50%"}`,
+		`{"big_table_uid":1}`, `[]`, `null`, "{\"a\":\"\xff\"}",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := DecodeResult(b, 4096)
+		if err != nil {
+			if !errors.Is(err, ErrMalformed) {
+				t.Fatalf("error %v does not wrap ErrMalformed", err)
+			}
+			return
+		}
+		if r.BigTableUID == "" || r.AttemptUID == "" || (r.Type != Success && r.Type != Failure && r.Type != Status) {
+			t.Fatalf("accepted an invalid result: %+v", r)
+		}
+		if utf8.RuneCountInString(r.Message) > MaxTextLen || utf8.RuneCountInString(r.UserFriendlyReason) > MaxTextLen {
+			t.Fatalf("text over the limit kept")
+		}
+		// What was accepted survives a round trip.
+		again, err := DecodeResult(r.Encode(), 1<<20)
+		if err != nil || again.AttemptUID != r.AttemptUID || again.Type != r.Type || again.Message != r.Message {
+			t.Fatalf("round trip of %+v: %+v, %v", r, again, err)
+		}
+	})
+}
+
+func FuzzDecodeJob(f *testing.F) {
+	f.Add([]byte(`{"big_table_uid":"b","refresh_attempt_uid":"c","input_url":"http://x","attempt_no":1,"deadline_at":"2024-01-01T00:00:00Z"}`))
+	f.Add([]byte(`{"deadline_at":"yesterday"}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		j, err := DecodeJob(b)
+		if err != nil {
+			return
+		}
+		if j.BigTableUID == "" || j.AttemptUID == "" || j.DeadlineAt.IsZero() {
+			t.Fatalf("accepted an invalid job: %+v", j)
+		}
+	})
+}

@@ -1,0 +1,570 @@
+// Package store owns bigtables' PostgreSQL schema and every SQL statement:
+// versioned migrations embedded in the binary, records and their attempt
+// history, and the batched claim and write statements of the scheduler and
+// poller. It knows nothing of Redis and decides no transition: callers compute
+// new states with package refresh and the store writes them.
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"sort"
+	"time"
+
+	"github.com/bigtables/bigtables/refresh"
+	"github.com/jmoiron/sqlx"
+	"github.com/lib/pq"
+)
+
+// Errors callers can test with errors.Is.
+var (
+	// ErrNotFound means no record has the uid.
+	ErrNotFound = errors.New("no such record")
+	// ErrExists means a record with the uid already exists.
+	ErrExists = errors.New("record already exists")
+)
+
+// Store is a PostgreSQL connection pool with bigtables' statements.
+type Store struct {
+	db *sqlx.DB
+}
+
+// Open connects to PostgreSQL. A URL without connect_timeout gets 5 seconds,
+// because lib/pq's dialling ignores the context. Errors never contain the
+// password.
+func Open(ctx context.Context, rawURL string) (*Store, error) {
+	dsn, err := withConnectTimeout(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	db, err := sqlx.Open("postgres", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open database %s: %w", Redact(rawURL), err)
+	}
+	db.SetMaxOpenConns(8)
+	db.SetMaxIdleConns(8)
+	db.SetConnMaxIdleTime(5 * time.Minute)
+	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := db.PingContext(pingCtx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("connect to database %s: %w", Redact(rawURL), err)
+	}
+	return &Store{db: db}, nil
+}
+
+// Close closes the pool.
+func (s *Store) Close() error { return s.db.Close() }
+
+func withConnectTimeout(rawURL string) (string, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		return "", fmt.Errorf("database URL %s: expected postgres://user:password@host:port/dbname?sslmode=disable", Redact(rawURL))
+	}
+	q := u.Query()
+	if q.Get("connect_timeout") == "" {
+		q.Set("connect_timeout", "5")
+		u.RawQuery = q.Encode()
+	}
+	return u.String(), nil
+}
+
+// Redact returns the URL with its password replaced by "xxxxx".
+func Redact(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
+}
+
+// Definition is what a person sets on a record.
+type Definition struct {
+	InputURL string
+	// Schedule is canonical schedule text ("" for one-off records).
+	Schedule string
+	// Policy is the policy's canonical JSON.
+	Policy []byte
+}
+
+// Row is one record: its definition, its refresh state and bookkeeping.
+type Row struct {
+	UID string
+	Definition
+	refresh.State
+	StatusMessage string
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
+}
+
+// dbRow is Row as PostgreSQL returns it.
+type dbRow struct {
+	UID            string         `db:"uid"`
+	InputURL       string         `db:"input_url"`
+	Schedule       string         `db:"schedule"`
+	Policy         []byte         `db:"policy"`
+	RefreshAt      sql.NullTime   `db:"refresh_at"`
+	AttemptUID     sql.NullString `db:"attempt_uid"`
+	AttemptNo      int            `db:"attempt_no"`
+	StartedAt      sql.NullTime   `db:"started_at"`
+	DeadlineAt     sql.NullTime   `db:"deadline_at"`
+	FailingSince   sql.NullTime   `db:"failing_since"`
+	Disabled       bool           `db:"disabled_until_update"`
+	DisabledReason sql.NullString `db:"disabled_reason"`
+	StatusMessage  sql.NullString `db:"status_message"`
+	CreatedAt      time.Time      `db:"created_at"`
+	UpdatedAt      time.Time      `db:"updated_at"`
+}
+
+const rowColumns = `uid, input_url, schedule, policy, refresh_at, attempt_uid, attempt_no, started_at,
+	deadline_at, failing_since, disabled_until_update, disabled_reason, status_message, created_at, updated_at`
+
+func nullTime(t sql.NullTime) time.Time {
+	if !t.Valid {
+		return time.Time{}
+	}
+	return t.Time.UTC()
+}
+
+func (r dbRow) row() Row {
+	return Row{
+		UID:        r.UID,
+		Definition: Definition{InputURL: r.InputURL, Schedule: r.Schedule, Policy: r.Policy},
+		State: refresh.State{
+			RefreshAt:      nullTime(r.RefreshAt),
+			AttemptUID:     r.AttemptUID.String,
+			AttemptNo:      r.AttemptNo,
+			StartedAt:      nullTime(r.StartedAt),
+			DeadlineAt:     nullTime(r.DeadlineAt),
+			FailingSince:   nullTime(r.FailingSince),
+			Disabled:       r.Disabled,
+			DisabledReason: r.DisabledReason.String,
+		},
+		StatusMessage: r.StatusMessage.String,
+		CreatedAt:     r.CreatedAt.UTC(),
+		UpdatedAt:     r.UpdatedAt.UTC(),
+	}
+}
+
+func scanRows(rows *sqlx.Rows) ([]Row, error) {
+	defer rows.Close()
+	var out []Row
+	for rows.Next() {
+		var r dbRow
+		if err := rows.StructScan(&r); err != nil {
+			return nil, err
+		}
+		out = append(out, r.row())
+	}
+	return out, rows.Err()
+}
+
+// timeText renders a time for a text[] parameter; "" stands for NULL.
+func timeText(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339Nano)
+}
+
+// Now returns the database's clock, the one clock every process agrees on.
+func (s *Store) Now(ctx context.Context) (time.Time, error) {
+	var now time.Time
+	if err := s.db.GetContext(ctx, &now, "SELECT now()"); err != nil {
+		return time.Time{}, fmt.Errorf("read database clock: %w", err)
+	}
+	return now.UTC(), nil
+}
+
+const insertRecord = `
+INSERT INTO bigtables (uid, input_url, schedule, policy, refresh_at)
+VALUES ($1, $2, $3, $4, COALESCE($5::timestamptz, now()))
+RETURNING ` + rowColumns
+
+// Add creates a record. refreshAt nil means now (the database's clock); a
+// zero time means nothing planned.
+func (s *Store) Add(ctx context.Context, uid string, def Definition, refreshAt *time.Time) (Row, error) {
+	var at any
+	if refreshAt != nil {
+		if refreshAt.IsZero() {
+			return Row{}, errors.New("add record: refresh_at must be a time or now")
+		}
+		at = refreshAt.UTC()
+	}
+	var r dbRow
+	err := s.db.GetContext(ctx, &r, insertRecord, uid, def.InputURL, def.Schedule, string(def.Policy), at)
+	if err != nil {
+		var pqErr *pq.Error
+		if errors.As(err, &pqErr) && pqErr.Code == "23505" {
+			return Row{}, fmt.Errorf("add record %q: %w", uid, ErrExists)
+		}
+		return Row{}, fmt.Errorf("add record %q: %w", uid, err)
+	}
+	return r.row(), nil
+}
+
+// Get returns the record with the uid.
+func (s *Store) Get(ctx context.Context, uid string) (Row, error) {
+	var r dbRow
+	err := s.db.GetContext(ctx, &r, "SELECT "+rowColumns+" FROM bigtables WHERE uid = $1", uid)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Row{}, fmt.Errorf("get record %q: %w", uid, ErrNotFound)
+	}
+	if err != nil {
+		return Row{}, fmt.Errorf("get record %q: %w", uid, err)
+	}
+	return r.row(), nil
+}
+
+// ListOptions filter List.
+type ListOptions struct {
+	DisabledOnly bool
+	// After returns records whose uid sorts after it (for paging).
+	After string
+	// Limit caps the rows returned; 0 means 1000.
+	Limit int
+}
+
+// List returns records in uid order.
+func (s *Store) List(ctx context.Context, opt ListOptions) ([]Row, error) {
+	if opt.Limit <= 0 {
+		opt.Limit = 1000
+	}
+	q := "SELECT " + rowColumns + " FROM bigtables WHERE uid > $1"
+	if opt.DisabledOnly {
+		q += " AND disabled_until_update"
+	}
+	q += " ORDER BY uid LIMIT $2"
+	rows, err := s.db.QueryxContext(ctx, q, opt.After, opt.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("list records: %w", err)
+	}
+	out, err := scanRows(rows)
+	if err != nil {
+		return nil, fmt.Errorf("list records: %w", err)
+	}
+	return out, nil
+}
+
+// Update is the manual save of a record by a person. Under the row's lock it
+// lets edit change the definition (an error from edit writes nothing), then
+// applies refresh.Update: the record is enabled again, attempt_no reset, any
+// running attempt cancelled (recorded in the history as "cancelled"), and
+// refresh_at set to refreshAt, or now when nil.
+func (s *Store) Update(ctx context.Context, uid string, edit func(*Definition) error, refreshAt *time.Time) (Row, error) {
+	var out Row
+	err := s.InTx(ctx, func(tx *Tx) error {
+		rows, err := tx.Lock(ctx, []string{uid})
+		if err != nil {
+			return err
+		}
+		r, ok := rows[uid]
+		if !ok {
+			return ErrNotFound
+		}
+		if err := edit(&r.Definition); err != nil {
+			return err
+		}
+		old := r.State
+		var cancelled string
+		r.State, cancelled = refresh.Update(r.State, tx.Now())
+		if refreshAt != nil {
+			r.RefreshAt = *refreshAt
+		}
+		if cancelled != "" {
+			err := tx.RecordAttempts(ctx, []Attempt{{
+				AttemptUID: cancelled, UID: uid, AttemptNo: old.AttemptNo, StartedAt: old.StartedAt,
+				FinishedAt: tx.Now(), Outcome: OutcomeCancelled, Message: "cancelled by a manual update",
+			}})
+			if err != nil {
+				return err
+			}
+		}
+		const q = `UPDATE bigtables SET input_url = $2, schedule = $3, policy = $4 WHERE uid = $1`
+		if _, err := tx.tx.ExecContext(ctx, q, uid, r.InputURL, r.Schedule, string(r.Policy)); err != nil {
+			return fmt.Errorf("write definition: %w", err)
+		}
+		if err := tx.Save(ctx, []Row{r}); err != nil {
+			return err
+		}
+		out = r
+		return nil
+	})
+	if err != nil {
+		return Row{}, fmt.Errorf("update record %q: %w", uid, err)
+	}
+	return s.Get(ctx, out.UID)
+}
+
+// Tx is a transaction with the database's clock read at its start.
+type Tx struct {
+	tx  *sqlx.Tx
+	now time.Time
+}
+
+// Now is the database's clock at the start of the transaction: the now of
+// every transition applied in it.
+func (tx *Tx) Now() time.Time { return tx.now }
+
+// InTx runs fn in a transaction and commits it if fn returns nil.
+func (s *Store) InTx(ctx context.Context, fn func(*Tx) error) error {
+	sqlTx, err := s.db.BeginTxx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin transaction: %w", err)
+	}
+	defer sqlTx.Rollback()
+	tx := &Tx{tx: sqlTx}
+	if err := sqlTx.GetContext(ctx, &tx.now, "SELECT now()"); err != nil {
+		return fmt.Errorf("read database clock: %w", err)
+	}
+	tx.now = tx.now.UTC()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := sqlTx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+const claimDue = `
+WITH due AS (
+    SELECT uid FROM bigtables
+    WHERE attempt_uid IS NULL AND NOT disabled_until_update AND refresh_at <= $1
+    ORDER BY refresh_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+), expired AS (
+    SELECT uid FROM bigtables
+    WHERE attempt_uid IS NOT NULL AND deadline_at <= $1
+    ORDER BY deadline_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+SELECT ` + rowColumns + ` FROM bigtables
+WHERE uid IN (SELECT uid FROM due UNION ALL SELECT uid FROM expired)`
+
+// ClaimDue locks and returns up to limit rows due to start and up to limit
+// rows whose running attempt is past its deadline. Rows locked by another
+// transaction (another scheduler, a poller, a manual update) are skipped, so
+// schedulers side by side never claim the same row.
+func (tx *Tx) ClaimDue(ctx context.Context, limit int) ([]Row, error) {
+	rows, err := tx.tx.QueryxContext(ctx, claimDue, tx.now, limit)
+	if err != nil {
+		return nil, fmt.Errorf("claim due rows: %w", err)
+	}
+	out, err := scanRows(rows)
+	if err != nil {
+		return nil, fmt.Errorf("claim due rows: %w", err)
+	}
+	return out, nil
+}
+
+// Lock locks and returns the rows with the given uids, keyed by uid; unknown
+// uids are absent. Rows are locked in uid order, so concurrent batches cannot
+// deadlock.
+func (tx *Tx) Lock(ctx context.Context, uids []string) (map[string]Row, error) {
+	sorted := append([]string(nil), uids...)
+	sort.Strings(sorted)
+	rows, err := tx.tx.QueryxContext(ctx,
+		"SELECT "+rowColumns+" FROM bigtables WHERE uid = ANY($1) ORDER BY uid FOR UPDATE", pq.StringArray(sorted))
+	if err != nil {
+		return nil, fmt.Errorf("lock rows: %w", err)
+	}
+	list, err := scanRows(rows)
+	if err != nil {
+		return nil, fmt.Errorf("lock rows: %w", err)
+	}
+	out := make(map[string]Row, len(list))
+	for _, r := range list {
+		out[r.UID] = r
+	}
+	return out, nil
+}
+
+const saveStates = `
+UPDATE bigtables AS b SET
+    refresh_at = NULLIF(u.refresh_at, '')::timestamptz,
+    attempt_uid = NULLIF(u.attempt_uid, ''),
+    attempt_no = u.attempt_no,
+    started_at = NULLIF(u.started_at, '')::timestamptz,
+    deadline_at = NULLIF(u.deadline_at, '')::timestamptz,
+    failing_since = NULLIF(u.failing_since, '')::timestamptz,
+    disabled_until_update = u.disabled,
+    disabled_reason = CASE WHEN u.disabled THEN u.reason END,
+    status_message = NULLIF(u.status, ''),
+    updated_at = now()
+FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::text[], $7::text[], $8::bool[], $9::text[], $10::text[])
+    AS u(uid, refresh_at, attempt_uid, attempt_no, started_at, deadline_at, failing_since, disabled, reason, status)
+WHERE b.uid = u.uid`
+
+// Save writes the refresh state and status message of rows the transaction
+// holds locked, in one statement. Each uid may appear once.
+func (tx *Tx) Save(ctx context.Context, rows []Row) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	n := len(rows)
+	uid, refreshAt, attemptUID, startedAt, deadlineAt, failingSince, reason, status :=
+		make([]string, n), make([]string, n), make([]string, n), make([]string, n),
+		make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	attemptNo, disabled := make([]int64, n), make([]bool, n)
+	seen := make(map[string]bool, n)
+	for i, r := range rows {
+		if seen[r.UID] {
+			return fmt.Errorf("save states: uid %q appears twice in one batch", r.UID)
+		}
+		seen[r.UID] = true
+		uid[i], attemptUID[i], attemptNo[i] = r.UID, r.AttemptUID, int64(r.AttemptNo)
+		refreshAt[i], startedAt[i] = timeText(r.RefreshAt), timeText(r.StartedAt)
+		deadlineAt[i], failingSince[i] = timeText(r.DeadlineAt), timeText(r.FailingSince)
+		disabled[i], reason[i], status[i] = r.Disabled, r.DisabledReason, r.StatusMessage
+	}
+	res, err := tx.tx.ExecContext(ctx, saveStates, pq.StringArray(uid), pq.StringArray(refreshAt),
+		pq.StringArray(attemptUID), pq.Int64Array(attemptNo), pq.StringArray(startedAt), pq.StringArray(deadlineAt),
+		pq.StringArray(failingSince), pq.BoolArray(disabled), pq.StringArray(reason), pq.StringArray(status))
+	if err != nil {
+		return fmt.Errorf("save %d states: %w", n, err)
+	}
+	if got, _ := res.RowsAffected(); got != int64(n) {
+		return fmt.Errorf("save %d states: %d rows matched", n, got)
+	}
+	return nil
+}
+
+// Outcome is how an attempt ended, as recorded in its history.
+type Outcome string
+
+// Attempt outcomes.
+const (
+	OutcomeSuccess   Outcome = "success"   // the worker reported success
+	OutcomeFailure   Outcome = "failure"   // the worker reported failure
+	OutcomeTimeout   Outcome = "timeout"   // the deadline passed first
+	OutcomeCancelled Outcome = "cancelled" // a manual update superseded it
+)
+
+// Attempt is one finished attempt in the history.
+type Attempt struct {
+	AttemptUID string    `json:"attempt_uid"`
+	UID        string    `json:"uid"`
+	AttemptNo  int       `json:"attempt_no"`
+	StartedAt  time.Time `json:"started_at"`
+	FinishedAt time.Time `json:"finished_at"`
+	Outcome    Outcome   `json:"outcome"`
+	Message    string    `json:"message"`
+	// Decision is the failure branch taken (refresh.Decision), if any.
+	Decision string `json:"decision,omitempty"`
+}
+
+const insertAttempts = `
+INSERT INTO bigtable_attempts (attempt_uid, uid, attempt_no, started_at, finished_at, outcome, message, decision)
+SELECT a, u, n, s::timestamptz, f::timestamptz, o, m, d
+FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[])
+    AS t(a, u, n, s, f, o, m, d)`
+
+// RecordAttempts appends finished attempts to the history in one statement.
+func (tx *Tx) RecordAttempts(ctx context.Context, attempts []Attempt) error {
+	if len(attempts) == 0 {
+		return nil
+	}
+	n := len(attempts)
+	a, u, s, f, o, m, d := make([]string, n), make([]string, n), make([]string, n), make([]string, n),
+		make([]string, n), make([]string, n), make([]string, n)
+	no := make([]int64, n)
+	for i, at := range attempts {
+		started := at.StartedAt
+		if started.IsZero() {
+			started = at.FinishedAt
+		}
+		a[i], u[i], no[i], s[i], f[i] = at.AttemptUID, at.UID, int64(at.AttemptNo), timeText(started), timeText(at.FinishedAt)
+		o[i], m[i], d[i] = string(at.Outcome), at.Message, at.Decision
+	}
+	_, err := tx.tx.ExecContext(ctx, insertAttempts, pq.StringArray(a), pq.StringArray(u), pq.Int64Array(no),
+		pq.StringArray(s), pq.StringArray(f), pq.StringArray(o), pq.StringArray(m), pq.StringArray(d))
+	if err != nil {
+		return fmt.Errorf("record %d attempts: %w", n, err)
+	}
+	return nil
+}
+
+// History returns the last limit finished attempts of a record, newest first.
+func (s *Store) History(ctx context.Context, uid string, limit int) ([]Attempt, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT attempt_uid, uid, attempt_no, started_at, finished_at, outcome, message, decision
+		FROM bigtable_attempts WHERE uid = $1 ORDER BY finished_at DESC, attempt_no DESC LIMIT $2`, uid, limit)
+	if err != nil {
+		return nil, fmt.Errorf("read history of %q: %w", uid, err)
+	}
+	defer rows.Close()
+	var list []Attempt
+	for rows.Next() {
+		var at Attempt
+		var outcome string
+		if err := rows.Scan(&at.AttemptUID, &at.UID, &at.AttemptNo, &at.StartedAt, &at.FinishedAt, &outcome, &at.Message, &at.Decision); err != nil {
+			return nil, fmt.Errorf("read history of %q: %w", uid, err)
+		}
+		at.Outcome, at.StartedAt, at.FinishedAt = Outcome(outcome), at.StartedAt.UTC(), at.FinishedAt.UTC()
+		list = append(list, at)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read history of %q: %w", uid, err)
+	}
+	return list, nil
+}
+
+// Started identifies a start to undo: the attempt and the refresh_at the row
+// had before it.
+type Started struct {
+	UID        string
+	AttemptUID string
+	RefreshAt  time.Time
+}
+
+const undoStarts = `
+UPDATE bigtables AS b SET
+    attempt_uid = NULL, started_at = NULL, deadline_at = NULL,
+    attempt_no = b.attempt_no - 1,
+    refresh_at = NULLIF(u.refresh_at, '')::timestamptz,
+    updated_at = now()
+FROM unnest($1::text[], $2::text[], $3::text[]) AS u(uid, attempt_uid, refresh_at)
+WHERE b.uid = u.uid AND b.attempt_uid = u.attempt_uid`
+
+// UndoStarts reverts starts whose jobs could not be pushed, so an outage of
+// our own does not burn an attempt. A row whose attempt changed since (a
+// manual update, a result) is left alone. It returns the rows reverted.
+func (s *Store) UndoStarts(ctx context.Context, starts []Started) (int, error) {
+	if len(starts) == 0 {
+		return 0, nil
+	}
+	uid, attempt, at := make([]string, len(starts)), make([]string, len(starts)), make([]string, len(starts))
+	for i, st := range starts {
+		uid[i], attempt[i], at[i] = st.UID, st.AttemptUID, timeText(st.RefreshAt)
+	}
+	res, err := s.db.ExecContext(ctx, undoStarts, pq.StringArray(uid), pq.StringArray(attempt), pq.StringArray(at))
+	if err != nil {
+		return 0, fmt.Errorf("undo %d starts: %w", len(starts), err)
+	}
+	n, _ := res.RowsAffected()
+	return int(n), nil
+}
+
+// Counts summarises the table for operators.
+type Counts struct {
+	Total, Running, Due, Disabled int
+}
+
+// Count returns how many records exist, run, are due and are disabled.
+func (s *Store) Count(ctx context.Context) (Counts, error) {
+	var c Counts
+	err := s.db.QueryRowContext(ctx, `SELECT count(*),
+		count(*) FILTER (WHERE attempt_uid IS NOT NULL),
+		count(*) FILTER (WHERE attempt_uid IS NULL AND NOT disabled_until_update AND refresh_at <= now()),
+		count(*) FILTER (WHERE disabled_until_update)
+		FROM bigtables`).Scan(&c.Total, &c.Running, &c.Due, &c.Disabled)
+	if err != nil {
+		return Counts{}, fmt.Errorf("count records: %w", err)
+	}
+	return c, nil
+}

@@ -1,0 +1,231 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bigtables/bigtables/internal/testsvc"
+	"github.com/bigtables/bigtables/refresh"
+	"github.com/bigtables/bigtables/store"
+)
+
+func open(t *testing.T) *store.Store {
+	t.Helper()
+	ctx := context.Background()
+	s, err := store.Open(ctx, testsvc.Database(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if _, err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func def() store.Definition {
+	return store.Definition{InputURL: "http://example.com/x", Policy: refresh.DefaultPolicy().JSON()}
+}
+
+func TestMigrateIdempotentAndConcurrent(t *testing.T) {
+	ctx := context.Background()
+	url := testsvc.Database(t)
+	var wg sync.WaitGroup
+	applied := make([]int, 4)
+	errs := make([]error, 4)
+	for i := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s, err := store.Open(ctx, url)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			defer s.Close()
+			m, err := s.Migrate(ctx)
+			applied[i], errs[i] = len(m), err
+		}()
+	}
+	wg.Wait()
+	all, _ := store.Migrations()
+	total := 0
+	for i := range 4 {
+		if errs[i] != nil {
+			t.Fatalf("migrate %d: %v", i, errs[i])
+		}
+		total += applied[i]
+	}
+	if total != len(all) {
+		t.Errorf("4 concurrent migrations applied %d versions in all; want %d (each once)", total, len(all))
+	}
+	s, err := store.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if m, err := s.Migrate(ctx); err != nil || len(m) != 0 {
+		t.Errorf("second migrate applied %d, %v; want 0, nil", len(m), err)
+	}
+}
+
+func TestAddGetUpdate(t *testing.T) {
+	ctx := context.Background()
+	s := open(t)
+	r, err := s.Add(ctx, "bt1", def(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now, _ := s.Now(ctx)
+	if r.RefreshAt.IsZero() || r.RefreshAt.After(now) || r.AttemptNo != 0 || r.Disabled {
+		t.Errorf("added row %+v", r)
+	}
+	if _, err := s.Add(ctx, "bt1", def(), nil); !errors.Is(err, store.ErrExists) {
+		t.Errorf("second Add: %v; want ErrExists", err)
+	}
+	if _, err := s.Get(ctx, "nope"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("Get unknown: %v; want ErrNotFound", err)
+	}
+
+	// Start an attempt by hand, then a person saves the record.
+	err = s.InTx(ctx, func(tx *store.Tx) error {
+		rows, err := tx.Lock(ctx, []string{"bt1"})
+		if err != nil {
+			return err
+		}
+		row := rows["bt1"]
+		rules := refresh.Rules{Policy: refresh.DefaultPolicy()}
+		row.State, err = rules.Start(row.State, tx.Now(), "attempt-1")
+		if err != nil {
+			return err
+		}
+		return tx.Save(ctx, []store.Row{row})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := s.Get(ctx, "bt1")
+	if got.AttemptUID != "attempt-1" || got.AttemptNo != 1 || got.DeadlineAt.IsZero() || !got.RefreshAt.IsZero() {
+		t.Fatalf("after start %+v", got)
+	}
+
+	boom := errors.New("bad edit")
+	if _, err := s.Update(ctx, "bt1", func(d *store.Definition) error { d.InputURL = "http://changed/"; return boom }, nil); !errors.Is(err, boom) {
+		t.Fatalf("Update with failing edit: %v", err)
+	}
+	if again, _ := s.Get(ctx, "bt1"); again.InputURL != "http://example.com/x" || again.AttemptUID != "attempt-1" {
+		t.Errorf("a failed edit wrote something: %+v", again)
+	}
+
+	up, err := s.Update(ctx, "bt1", func(d *store.Definition) error { d.InputURL = "http://changed/"; return nil }, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if up.InputURL != "http://changed/" || up.AttemptUID != "" || up.AttemptNo != 0 || up.RefreshAt.IsZero() {
+		t.Errorf("after update %+v", up)
+	}
+	h, err := s.History(ctx, "bt1", 10)
+	if err != nil || len(h) != 1 || h[0].Outcome != store.OutcomeCancelled || h[0].AttemptUID != "attempt-1" {
+		t.Errorf("history %+v, %v; want the cancelled attempt", h, err)
+	}
+	if _, err := s.Update(ctx, "nope", func(*store.Definition) error { return nil }, nil); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("Update unknown: %v", err)
+	}
+}
+
+func TestClaimDueSkipsLockedRows(t *testing.T) {
+	ctx := context.Background()
+	s := open(t)
+	past := time.Now().Add(-time.Hour)
+	future := time.Now().Add(time.Hour)
+	for _, uid := range []string{"a", "b", "c"} {
+		if _, err := s.Add(ctx, uid, def(), &past); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Add(ctx, "later", def(), &future); err != nil {
+		t.Fatal(err)
+	}
+
+	// Transaction 1 claims two rows and holds them; transaction 2 must get
+	// only the third.
+	claimed1 := make(chan []store.Row)
+	release := make(chan struct{})
+	done := make(chan error)
+	go func() {
+		done <- s.InTx(ctx, func(tx *store.Tx) error {
+			rows, err := tx.ClaimDue(ctx, 2)
+			claimed1 <- rows
+			<-release
+			return err
+		})
+	}()
+	first := <-claimed1
+	var second []store.Row
+	err := s.InTx(ctx, func(tx *store.Tx) error {
+		var err error
+		second, err = tx.ClaimDue(ctx, 10)
+		return err
+	})
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(first) != 2 || len(second) != 1 {
+		t.Fatalf("claims got %d and %d rows; want 2 and 1", len(first), len(second))
+	}
+	seen := map[string]bool{}
+	for _, r := range append(first, second...) {
+		if seen[r.UID] || r.UID == "later" {
+			t.Errorf("row %s claimed twice or not due", r.UID)
+		}
+		seen[r.UID] = true
+	}
+}
+
+func TestSaveAndUndo(t *testing.T) {
+	ctx := context.Background()
+	s := open(t)
+	past := time.Now().Add(-time.Minute).UTC().Truncate(time.Microsecond)
+	if _, err := s.Add(ctx, "a", def(), &past); err != nil {
+		t.Fatal(err)
+	}
+	var started store.Row
+	err := s.InTx(ctx, func(tx *store.Tx) error {
+		rows, err := tx.ClaimDue(ctx, 10)
+		if err != nil || len(rows) != 1 {
+			t.Fatalf("claim: %d rows, %v", len(rows), err)
+		}
+		started = rows[0]
+		started.State, err = refresh.Rules{Policy: refresh.DefaultPolicy()}.Start(started.State, tx.Now(), "att")
+		if err != nil {
+			return err
+		}
+		return tx.Save(ctx, []store.Row{started})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An undo for another attempt changes nothing; the right one reverts.
+	if n, err := s.UndoStarts(ctx, []store.Started{{UID: "a", AttemptUID: "other", RefreshAt: past}}); err != nil || n != 0 {
+		t.Errorf("undo of a stale attempt = %d, %v; want 0", n, err)
+	}
+	if n, err := s.UndoStarts(ctx, []store.Started{{UID: "a", AttemptUID: "att", RefreshAt: past}}); err != nil || n != 1 {
+		t.Errorf("undo = %d, %v; want 1", n, err)
+	}
+	got, _ := s.Get(ctx, "a")
+	if got.AttemptUID != "" || got.AttemptNo != 0 || !got.RefreshAt.Equal(past) || !got.DeadlineAt.IsZero() {
+		t.Errorf("after undo %+v; want the row as before the start (refresh_at %v)", got.State, past)
+	}
+	// Save refuses a batch naming a row twice.
+	err = s.InTx(ctx, func(tx *store.Tx) error { return tx.Save(ctx, []store.Row{got, got}) })
+	if err == nil {
+		t.Error("Save accepted a duplicate uid")
+	}
+}
