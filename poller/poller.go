@@ -201,16 +201,14 @@ func (p *Poller) process(ctx context.Context, raw []string) error {
 				})
 				outcome = store.OutcomeFailure
 			case protocol.Status:
-				if !row.Running() || row.AttemptUID != r.AttemptUID {
-					err = refresh.ErrStale
-				} else {
+				if err = row.State.Status(now, r.AttemptUID); err == nil {
 					row.StatusMessage = r.Message
 				}
 			}
 			if errors.Is(err, refresh.ErrStale) {
 				stale++
 				p.log.Debug("stale result discarded", "uid", r.BigTableUID, "attempt_uid", r.AttemptUID,
-					"current_attempt_uid", old.AttemptUID, "type", r.Type)
+					"current_attempt_uid", old.AttemptUID, "type", r.Type, "why", err)
 				continue
 			}
 			if err != nil {

@@ -64,6 +64,10 @@ var (
 	// ErrStale means a result names an attempt that is not the record's
 	// running attempt (superseded, timed out, or already applied).
 	ErrStale = errors.New("stale attempt")
+	// ErrLate means a result came after its attempt's deadline: the attempt
+	// counts as timed out (the scheduler applies that), so the result is
+	// stale. It wraps ErrStale.
+	ErrLate = fmt.Errorf("%w: the attempt's deadline has passed", ErrStale)
 	// ErrNotDue means Start was asked for a record that is disabled, already
 	// running or not yet due.
 	ErrNotDue = errors.New("record is not due")
@@ -95,11 +99,28 @@ func (r Rules) Start(s State, now time.Time, attemptUID string) (State, error) {
 	return s, nil
 }
 
-// Succeed applies a success of the running attempt attemptUID: attempt_no
-// back to 0 and refresh_at the first planned refresh after now.
-func (r Rules) Succeed(s State, now time.Time, attemptUID string) (State, error) {
+// current checks that a worker's result at now is for the running attempt
+// and came before its deadline.
+func (s State) current(now time.Time, attemptUID string) error {
 	if !s.Running() || s.AttemptUID != attemptUID {
-		return s, ErrStale
+		return ErrStale
+	}
+	if s.TimedOut(now) {
+		return ErrLate
+	}
+	return nil
+}
+
+// Status checks that a worker's progress report at now is for the running
+// attempt; the caller then stores its message.
+func (s State) Status(now time.Time, attemptUID string) error { return s.current(now, attemptUID) }
+
+// Succeed applies a success of the running attempt attemptUID: attempt_no
+// back to 0 and refresh_at the first planned refresh after now. A success
+// after the deadline is ErrLate.
+func (r Rules) Succeed(s State, now time.Time, attemptUID string) (State, error) {
+	if err := s.current(now, attemptUID); err != nil {
+		return s, err
 	}
 	s = s.clearAttempt()
 	s.AttemptNo = 0
@@ -156,11 +177,25 @@ type Step struct {
 	Planned  time.Time
 }
 
-// Fail applies a failure of the running attempt attemptUID at now.
+// Fail applies a worker's failure of the running attempt attemptUID at now.
+// A failure after the deadline is ErrLate.
 func (r Rules) Fail(s State, now time.Time, attemptUID string, f Failure) (State, Step, error) {
-	if !s.Running() || s.AttemptUID != attemptUID {
-		return s, Step{}, ErrStale
+	if err := s.current(now, attemptUID); err != nil {
+		return s, Step{}, err
 	}
+	return r.fail(s, now, f)
+}
+
+// TimeOut fails the running attempt because its deadline passed, with the
+// message "timeout". It is ErrNotDue unless s.TimedOut(now).
+func (r Rules) TimeOut(s State, now time.Time) (State, Step, error) {
+	if !s.TimedOut(now) {
+		return s, Step{}, ErrNotDue
+	}
+	return r.fail(s, now, Failure{Message: "timeout"})
+}
+
+func (r Rules) fail(s State, now time.Time, f Failure) (State, Step, error) {
 	if s.FailingSince.IsZero() {
 		s.FailingSince = s.StartedAt
 		if s.FailingSince.IsZero() {

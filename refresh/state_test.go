@@ -104,6 +104,31 @@ func TestSucceed(t *testing.T) {
 	if _, err := r.Succeed(got, at("08:11"), "a"); !errors.Is(err, ErrStale) {
 		t.Errorf("replayed success: err = %v; want ErrStale", err)
 	}
+	// At or after the deadline the attempt has timed out: the result is late.
+	if _, err := r.Succeed(running, at("09:00"), "a"); !errors.Is(err, ErrLate) || !errors.Is(err, ErrStale) {
+		t.Errorf("success at the deadline: err = %v; want ErrLate (a kind of ErrStale)", err)
+	}
+	if _, _, err := r.Fail(running, at("09:01"), "a", Failure{}); !errors.Is(err, ErrLate) {
+		t.Errorf("failure after the deadline: err = %v; want ErrLate", err)
+	}
+	if err := running.Status(at("09:01"), "a"); !errors.Is(err, ErrLate) {
+		t.Errorf("status after the deadline: err = %v; want ErrLate", err)
+	}
+	if err := running.Status(at("08:59"), "a"); err != nil {
+		t.Errorf("status before the deadline: %v", err)
+	}
+}
+
+func TestTimeOut(t *testing.T) {
+	r := Rules{twiceADay, policy(time.Hour, seedDelay)}
+	running := State{AttemptUID: "a", AttemptNo: 1, StartedAt: at("06:00"), DeadlineAt: at("07:00"), RefreshAt: at("16:00")}
+	if _, _, err := r.TimeOut(running, at("06:59")); !errors.Is(err, ErrNotDue) {
+		t.Errorf("TimeOut before the deadline: %v; want ErrNotDue", err)
+	}
+	got, step, err := r.TimeOut(running, at("07:00"))
+	if err != nil || step.Decision != Retry || !got.RefreshAt.Equal(at("07:00")) || got.Running() {
+		t.Errorf("TimeOut = %+v, %v, %v; want an immediate retry", got, step, err)
+	}
 }
 
 func TestFail(t *testing.T) {
@@ -134,9 +159,9 @@ func TestFail(t *testing.T) {
 		{"retry after the planned refresh: wait less", Rules{twiceADay, policy(time.Minute, seedDelay)},
 			running(6, "15:30"), at("15:31"), Failure{}, AlignedAfter, at("16:00"), 6, ""},
 		{"seed 2PM: retry at 1:30PM with 2h timeout moves to 2PM", Rules{at2PM, policy(2*time.Hour, mins(30))},
-			running(1, "12:00"), at("13:00"), Failure{}, AlignedOverlap, at("14:00"), 1, ""},
+			running(1, "12:30"), at("13:00"), Failure{}, AlignedOverlap, at("14:00"), 1, ""},
 		{"seed 2PM without align: retry at 1:30PM", Rules{at2PM, noAlign},
-			running(1, "12:00"), at("13:00"), Failure{}, Retry, at("13:30"), 1, ""},
+			running(1, "12:30"), at("13:00"), Failure{}, Retry, at("13:30"), 1, ""},
 		{"no planned refresh: after the delay", Rules{nil, policy(time.Minute, mins(0, 1, 5))},
 			running(3, "10:00"), at("10:01"), Failure{}, RetryNoPlan, at("10:06"), 3, ""},
 		{"seventh failed attempt disables", Rules{twiceADay, policy(time.Hour, seedDelay)},
@@ -219,7 +244,7 @@ func simulate(t *testing.T, r Rules, s State, events []event) (State, []string) 
 			log = append(log, string(step.Decision))
 		case "timeout":
 			var step Step
-			s, step, err = r.Fail(s, s.DeadlineAt, uid, Failure{Message: "timeout"})
+			s, step, err = r.TimeOut(s, s.DeadlineAt)
 			log = append(log, "timeout:"+string(step.Decision))
 		}
 		if err != nil {

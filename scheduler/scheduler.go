@@ -101,7 +101,7 @@ func (s *Scheduler) Tick(ctx context.Context) (TickResult, error) {
 			if st.TimedOut(now) {
 				old := st
 				var step refresh.Step
-				st, step, _ = rules.Fail(st, now, st.AttemptUID, refresh.Failure{Message: "timeout"})
+				st, step, _ = rules.TimeOut(st, now)
 				res.TimedOut++
 				if st.Disabled {
 					res.Disabled++

@@ -1,0 +1,214 @@
+package scheduler_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bigtables/bigtables/internal/testsvc"
+	"github.com/bigtables/bigtables/protocol"
+	"github.com/bigtables/bigtables/queue"
+	"github.com/bigtables/bigtables/refresh"
+	"github.com/bigtables/bigtables/scheduler"
+	"github.com/bigtables/bigtables/store"
+	"github.com/redis/go-redis/v9"
+)
+
+type env struct {
+	st  *store.Store
+	q   *queue.Queue
+	rdb redis.UniversalClient
+}
+
+func setup(t *testing.T) env {
+	t.Helper()
+	ctx := context.Background()
+	st, err := store.Open(ctx, testsvc.Database(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	if _, err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, rdb, names := testsvc.Redis(t)
+	return env{st: st, q: queue.New(rdb, names), rdb: rdb}
+}
+
+func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+func add(t *testing.T, st *store.Store, uid string, p refresh.Policy, at time.Time, sched string) {
+	t.Helper()
+	def := store.Definition{InputURL: "http://example.com/" + uid, Schedule: sched, Policy: p.JSON()}
+	if _, err := st.Add(context.Background(), uid, def, &at); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func jobs(t *testing.T, e env) []protocol.Job {
+	t.Helper()
+	raw, err := e.rdb.LRange(context.Background(), e.q.Names().Input, 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []protocol.Job
+	for _, r := range raw {
+		j, err := protocol.DecodeJob([]byte(r))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, j)
+	}
+	return out
+}
+
+func TestTickStartsDueRowsAndPushesJobs(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	past, future := time.Now().Add(-time.Minute), time.Now().Add(time.Hour)
+	add(t, e.st, "due", refresh.DefaultPolicy(), past, "DTSTART:20240101T000000Z\nRRULE:FREQ=DAILY")
+	add(t, e.st, "later", refresh.DefaultPolicy(), future, "")
+	s := scheduler.New(e.st, e.q, scheduler.Config{Logger: quiet()})
+	res, err := s.Tick(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Started != 1 || res.Claimed != 1 {
+		t.Fatalf("tick = %+v; want 1 started", res)
+	}
+	row, _ := e.st.Get(ctx, "due")
+	js := jobs(t, e)
+	if len(js) != 1 {
+		t.Fatalf("%d jobs pushed; want 1", len(js))
+	}
+	j := js[0]
+	if j.BigTableUID != "due" || j.AttemptUID != row.AttemptUID || j.AttemptNo != 1 || !j.DeadlineAt.Equal(row.DeadlineAt) ||
+		j.InputURL != "http://example.com/due" {
+		t.Errorf("job %+v does not match row %+v", j, row.State)
+	}
+	if got := row.DeadlineAt.Sub(row.StartedAt); got != time.Hour {
+		t.Errorf("deadline - started = %v; want the 1h timeout", got)
+	}
+	if !row.RefreshAt.After(row.DeadlineAt) {
+		t.Errorf("refresh_at %v not after deadline %v", row.RefreshAt, row.DeadlineAt)
+	}
+	// A second tick finds nothing: the row runs.
+	if res, err := s.Tick(ctx); err != nil || res.Claimed != 0 {
+		t.Errorf("second tick = %+v, %v; want nothing claimed", res, err)
+	}
+}
+
+func TestTickTimesOutAndRetries(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	p := refresh.DefaultPolicy()
+	p.Timeout = refresh.Duration(time.Second)
+	add(t, e.st, "slow", p, time.Now().Add(-time.Minute), "")
+	s := scheduler.New(e.st, e.q, scheduler.Config{Logger: quiet()})
+	if _, err := s.Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	first, _ := e.st.Get(ctx, "slow")
+	time.Sleep(1100 * time.Millisecond)
+	// The deadline passed: the attempt fails with reason timeout and, with a
+	// retry delay of 0, attempt 2 starts in the same tick.
+	res, err := s.Tick(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.TimedOut != 1 || res.Started != 1 {
+		t.Fatalf("tick = %+v; want 1 timed out and 1 started", res)
+	}
+	second, _ := e.st.Get(ctx, "slow")
+	if second.AttemptNo != 2 || second.AttemptUID == first.AttemptUID {
+		t.Errorf("after timeout: %+v", second.State)
+	}
+	h, _ := e.st.History(ctx, "slow", 5)
+	if len(h) != 1 || h[0].Outcome != store.OutcomeTimeout || h[0].AttemptUID != first.AttemptUID || h[0].Decision != string(refresh.RetryNoPlan) {
+		t.Errorf("history %+v; want the first attempt timed out", h)
+	}
+}
+
+func TestPushFailureUndoesStarts(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	at := time.Now().Add(-time.Minute).UTC().Truncate(time.Microsecond)
+	add(t, e.st, "a", refresh.DefaultPolicy(), at, "")
+	// A Redis that is not there.
+	dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	defer dead.Close()
+	s := scheduler.New(e.st, queue.New(dead, e.q.Names()), scheduler.Config{Logger: quiet()})
+	res, err := s.Tick(ctx)
+	if err == nil || res.Undone != 1 {
+		t.Fatalf("tick = %+v, %v; want an error and 1 start undone", res, err)
+	}
+	row, _ := e.st.Get(ctx, "a")
+	if row.AttemptNo != 0 || row.Running() || !row.RefreshAt.Equal(at) {
+		t.Errorf("after undo %+v; want the row as before (refresh_at %v): our outage must not burn an attempt", row.State, at)
+	}
+	// Redis is back: the next tick starts it normally.
+	s = scheduler.New(e.st, e.q, scheduler.Config{Logger: quiet()})
+	if res, err := s.Tick(ctx); err != nil || res.Started != 1 {
+		t.Errorf("tick after recovery = %+v, %v", res, err)
+	}
+}
+
+func TestSchedulersSideBySideNeverDoubleStart(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	const n = 600
+	past := time.Now().Add(-time.Minute)
+	for i := range n {
+		add(t, e.st, fmt.Sprintf("r%04d", i), refresh.DefaultPolicy(), past, "")
+	}
+	var wg sync.WaitGroup
+	for range 3 {
+		s := scheduler.New(e.st, e.q, scheduler.Config{Batch: 50, Logger: quiet()})
+		wg.Go(func() {
+			for {
+				res, err := s.Tick(ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if res.Claimed == 0 {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	js := jobs(t, e)
+	seen := map[string]int{}
+	for _, j := range js {
+		seen[j.BigTableUID]++
+		if j.AttemptNo != 1 {
+			t.Errorf("%s started as attempt %d", j.BigTableUID, j.AttemptNo)
+		}
+	}
+	if len(js) != n || len(seen) != n {
+		t.Errorf("%d jobs for %d records; want %d each exactly once", len(js), len(seen), n)
+	}
+}
+
+func TestRunStopsOnCancel(t *testing.T) {
+	e := setup(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() {
+		done <- scheduler.New(e.st, e.q, scheduler.Config{Interval: 50 * time.Millisecond, Logger: quiet()}).Run(ctx)
+	}()
+	time.Sleep(150 * time.Millisecond)
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run = %v; want nil on shutdown", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not stop after cancel")
+	}
+}
