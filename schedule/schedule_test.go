@@ -305,3 +305,46 @@ func BenchmarkParse(b *testing.B) {
 		}
 	}
 }
+
+// FuzzParse checks that any text either is refused with ErrInvalid or parses
+// into a schedule whose canonical text parses back to itself, and that Next
+// on it returns (the library would loop forever on unreachable rules).
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{
+		"DTSTART:20240101T060000Z\nRRULE:FREQ=DAILY;BYHOUR=6,16",
+		"DTSTART;TZID=America/New_York:20240101T023000\nRRULE:FREQ=HOURLY;INTERVAL=5;BYHOUR=1,3",
+		"DTSTART:20240101T170000Z\nRRULE:FREQ=HOURLY;INTERVAL=2;BYHOUR=2",
+		"DTSTART:20240101T170001Z\nRRULE:FREQ=SECONDLY;INTERVAL=10;BYSECOND=0,30;BYMINUTE=5",
+		"RRULE:FREQ=MINUTELY;INTERVAL=7;BYMINUTE=0,13;COUNT=4",
+		"DTSTART;VALUE=DATE:20240101\r\nRRULE:FREQ=MONTHLY;BYDAY=-1FR;UNTIL=20250101",
+	} {
+		f.Add(s)
+	}
+	save := utc("2024-05-06T07:08:09Z")
+	f.Fuzz(func(t *testing.T, text string) {
+		s, err := Parse(text, save)
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("error %v does not wrap ErrInvalid", err)
+			}
+			return
+		}
+		if s == nil {
+			return
+		}
+		again, err := Parse(s.String(), time.Time{})
+		if err != nil || again.String() != s.String() {
+			t.Fatalf("canonical %q does not parse back: %v", s.String(), err)
+		}
+		done := make(chan struct{})
+		go func() {
+			s.Next(s.Start().Add(90 * 24 * time.Hour))
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("Next on %q did not return", s.String())
+		}
+	})
+}

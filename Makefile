@@ -1,0 +1,52 @@
+# bigtables: run `make` for the list of targets.
+.DEFAULT_GOAL := help
+SHELL := /bin/bash
+GO ?= go
+BIN := bin/bigtables
+FUZZTIME ?= 10s
+
+.PHONY: help build test check unit bench-smoke fuzz services run migrate docker-up docker-down clean
+
+help: ## list the targets
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+
+build: ## build bin/bigtables
+	$(GO) build -o $(BIN) ./cmd/bigtables
+
+test: services check unit bench-smoke ## everything CI checks: formatting, vet, race tests on real PostgreSQL and Redis, benchmarks once
+
+check: ## gofmt and go vet
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) mod tidy -diff
+
+unit: ## unit, integration and end-to-end tests with the race detector
+	$(GO) test -race -count=1 ./...
+
+bench-smoke: ## compile and run every benchmark once, so none rots
+	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
+
+fuzz: ## fuzz the decoders and parsers, FUZZTIME each (default 10s)
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeResult$$' -fuzztime $(FUZZTIME) ./protocol
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeJob$$' -fuzztime $(FUZZTIME) ./protocol
+	$(GO) test -run '^$$' -fuzz '^FuzzParseDuration$$' -fuzztime $(FUZZTIME) ./refresh
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./schedule
+
+services: ## start PostgreSQL and Redis unless they already answer
+	@scripts/services.sh
+
+run: ## the demo: services, migrate, demo records, scheduler + poller + worker (Ctrl-C stops)
+	@scripts/demo.sh
+
+migrate: build ## apply database migrations (DATABASE_URL)
+	$(BIN) migrate
+
+docker-up: ## the whole system in Docker: Redis, PostgreSQL, migrate, scheduler, poller, worker
+	docker compose up --build -d
+
+docker-down: ## stop the Docker system
+	docker compose down
+
+clean: ## remove build output
+	rm -rf bin
