@@ -16,6 +16,7 @@ import (
 
 	"github.com/bigtables/bigtables/queue"
 	"github.com/bigtables/bigtables/store"
+	"github.com/redis/go-redis/v9"
 )
 
 // Environment variables and their defaults.
@@ -176,13 +177,25 @@ func (c Config) logger(e env) (*slog.Logger, error) {
 		return nil, usagef("log level %q: expected debug, info, warn or error", c.LogLevel)
 	}
 	opts := &slog.HandlerOptions{Level: level}
+	var log *slog.Logger
 	switch c.LogFormat {
 	case "text":
-		return slog.New(slog.NewTextHandler(e.stderr, opts)), nil
+		log = slog.New(slog.NewTextHandler(e.stderr, opts))
 	case "json":
-		return slog.New(slog.NewJSONHandler(e.stderr, opts)), nil
+		log = slog.New(slog.NewJSONHandler(e.stderr, opts))
+	default:
+		return nil, usagef("log format %q: expected text or json", c.LogFormat)
 	}
-	return nil, usagef("log format %q: expected text or json", c.LogFormat)
+	// go-redis reports pool trouble through its own logger; our loops log
+	// every failed operation already, so its lines go to Debug, structured.
+	redis.SetLogger(redisLogger{log})
+	return log, nil
+}
+
+type redisLogger struct{ log *slog.Logger }
+
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.log.DebugContext(ctx, "redis client", "detail", fmt.Sprintf(format, v...))
 }
 
 func (c Config) openStore(ctx context.Context) (*store.Store, error) {

@@ -109,24 +109,17 @@ func (p *Poller) Stats() Stats {
 // ID returns the poller's id.
 func (p *Poller) ID() string { return p.cfg.ID }
 
-// Once processes what this poller has pending from before (a restart with the
-// same id), or else drains and processes one batch. It returns how many
-// results it handled; 0 means the output list was empty.
+// Once processes what this poller has pending from before (a failed batch,
+// or a restart with the same id), or else drains and processes one batch. It
+// returns how many results it handled; 0 means the output list was empty.
 func (p *Poller) Once(ctx context.Context) (int, error) {
-	raw, err := p.queue.Pending(ctx, p.cfg.ID)
+	raw, oversized, err := p.queue.Drain(ctx, p.cfg.ID, p.cfg.Batch, p.cfg.MaxResultBytes)
 	if err != nil {
 		return 0, err
 	}
-	oversized := 0
-	if len(raw) == 0 {
-		raw, oversized, err = p.queue.Drain(ctx, p.cfg.ID, p.cfg.Batch, p.cfg.MaxResultBytes)
-		if err != nil {
-			return 0, err
-		}
-		if oversized > 0 {
-			p.dead.Add(int64(oversized))
-			p.log.Warn("oversized results dead-lettered", "count", oversized, "limit_bytes", p.cfg.MaxResultBytes)
-		}
+	if oversized > 0 {
+		p.dead.Add(int64(oversized))
+		p.log.Warn("oversized results dead-lettered", "count", oversized, "limit_bytes", p.cfg.MaxResultBytes)
 	}
 	if len(raw) == 0 {
 		return oversized, nil

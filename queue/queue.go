@@ -145,14 +145,22 @@ func (q *Queue) PushJobs(ctx context.Context, jobs [][]byte) error {
 const MaxBatch = 5000
 
 // drainScript moves up to ARGV[1] results from the head of the output list to
-// the poller's processing list, atomically. Results longer than ARGV[2] bytes
-// go straight to the dead-letter list, wrapped with their reason, so a huge
-// value never travels to the poller.
+// the poller's processing list, atomically, and returns the processing list.
+// If the processing list is not empty it moves nothing and returns it as it
+// is: go-redis retries a script whose reply was lost, and a second run must
+// not move a second batch behind the first one's back. Results longer than
+// ARGV[2] bytes go straight to the dead-letter list, wrapped with their
+// reason, so a huge value never travels to the poller.
 //
 // KEYS[1] output list, KEYS[2] processing list, KEYS[3] dead-letter list
 // ARGV[1] batch size, ARGV[2] max result bytes, ARGV[3] now (RFC 3339)
 // Returns {results..., oversized count} (the count is the last element).
 var drainScript = redis.NewScript(`
+local pending = redis.call('LRANGE', KEYS[2], 0, -1)
+if #pending > 0 then
+  pending[#pending + 1] = 0
+  return pending
+end
 local items = redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
 if #items == 0 then return {0} end
 redis.call('LTRIM', KEYS[1], #items, -1)
@@ -173,9 +181,10 @@ out[#out + 1] = dead
 return out
 `)
 
-// Drain moves up to n results into the poller's processing list and returns
-// them, with the number of oversized results dead-lettered on the way. The
-// results stay in the processing list until Ack.
+// Drain returns the poller's unacknowledged batch if it has one, else moves
+// up to n results into its processing list and returns them, with the number
+// of oversized results dead-lettered on the way. The results stay in the
+// processing list until Ack.
 func (q *Queue) Drain(ctx context.Context, poller string, n, maxBytes int) (results []string, oversized int, err error) {
 	if n < 1 || n > MaxBatch {
 		return nil, 0, fmt.Errorf("drain batch %d: expected 1 to %d", n, MaxBatch)
@@ -203,21 +212,29 @@ func (q *Queue) Pending(ctx context.Context, poller string) ([]string, error) {
 	return res, nil
 }
 
-// Ack pushes the dead letters and empties the poller's processing list, in
-// one MULTI: after it, the batch is either wholly acknowledged or not at all.
+// ackScript pushes the batch's dead letters and deletes the processing list,
+// but only if the list still exists, so a run retried after a lost reply
+// pushes nothing twice.
+//
+// KEYS[1] processing list, KEYS[2] dead-letter list; ARGV the dead letters.
+// Returns 1 if the batch was acknowledged now, 0 if it already was.
+var ackScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if #ARGV > 0 then redis.call('RPUSH', KEYS[2], unpack(ARGV)) end
+redis.call('DEL', KEYS[1])
+return 1
+`)
+
+// Ack pushes the dead letters and empties the poller's processing list,
+// atomically: after it, the batch is either wholly acknowledged or not at
+// all, and acknowledging twice changes nothing.
 func (q *Queue) Ack(ctx context.Context, poller string, dead []protocol.DeadLetter) error {
-	_, err := q.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		if len(dead) > 0 {
-			args := make([]any, len(dead))
-			for i, d := range dead {
-				args[i] = d.Encode()
-			}
-			p.RPush(ctx, q.names.Dead, args...)
-		}
-		p.Del(ctx, q.names.processing(poller))
-		return nil
-	})
-	if err != nil {
+	args := make([]any, len(dead))
+	for i, d := range dead {
+		args[i] = d.Encode()
+	}
+	keys := []string{q.names.processing(poller), q.names.Dead}
+	if err := ackScript.Run(ctx, q.rdb, keys, args...).Err(); err != nil {
 		return fmt.Errorf("acknowledge batch of poller %s: %w", poller, err)
 	}
 	return nil

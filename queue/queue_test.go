@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/bigtables/bigtables/internal/testsvc"
+	"github.com/bigtables/bigtables/protocol"
 	"github.com/bigtables/bigtables/queue"
 )
 
@@ -90,5 +91,30 @@ func TestPushPopAndDrain(t *testing.T) {
 	_, _, _, err = q.Lengths(ctx)
 	if err != nil && !errors.Is(err, context.Canceled) {
 		t.Error(err)
+	}
+}
+
+// go-redis retries a script whose reply was lost: running Drain and Ack twice
+// must neither move a second batch nor push dead letters twice.
+func TestDrainAndAckAreIdempotent(t *testing.T) {
+	_, rdb, names := testsvc.Redis(t)
+	q := queue.New(rdb, names)
+	ctx := context.Background()
+	for _, v := range []string{"a", "b", "c", "d"} {
+		q.PushResult(ctx, []byte(v))
+	}
+	first, _, _ := q.Drain(ctx, "p", 2, 100)
+	again, _, _ := q.Drain(ctx, "p", 2, 100) // as if the first reply was lost
+	if strings.Join(first, ",") != "a,b" || strings.Join(again, ",") != "a,b" {
+		t.Fatalf("drains = %v then %v; want a,b twice (the same batch)", first, again)
+	}
+	dead := []protocol.DeadLetter{{Reason: "bad", Raw: "a"}}
+	q.Ack(ctx, "p", dead)
+	q.Ack(ctx, "p", dead)
+	if n, _ := rdb.LLen(ctx, names.Dead).Result(); n != 1 {
+		t.Errorf("%d dead letters after a repeated ack; want 1", n)
+	}
+	if next, _, _ := q.Drain(ctx, "p", 10, 100); strings.Join(next, ",") != "c,d" {
+		t.Errorf("next drain = %v; want c,d", next)
 	}
 }

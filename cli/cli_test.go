@@ -1,0 +1,144 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/bigtables/bigtables/internal/testsvc"
+)
+
+type runner struct {
+	t   *testing.T
+	env map[string]string
+}
+
+func newRunner(t *testing.T) *runner {
+	r := &runner{t: t, env: map[string]string{"DATABASE_URL": testsvc.Database(t)}}
+	if _, _, code := r.run("migrate"); code != 0 {
+		t.Fatal("migrate failed")
+	}
+	return r
+}
+
+func (r *runner) run(args ...string) (stdout, stderr string, code int) {
+	var out, errOut bytes.Buffer
+	code = Main(context.Background(), args, strings.NewReader(""), &out, &errOut, func(k string) string { return r.env[k] })
+	return out.String(), errOut.String(), code
+}
+
+func TestBadInputIsRefusedAndNothingWritten(t *testing.T) {
+	r := newRunner(t)
+	ok := []string{"add", "--uid", "u1", "--input-url", "https://example.com/a"}
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"add", "--input-url", "https://example.com/a"}, "--uid: uid is empty"},
+		{[]string{"add", "--uid", "u1"}, "--input-url is required"},
+		{[]string{"add", "--uid", "a b", "--input-url", "https://example.com/a"}, "contains spaces"},
+		{[]string{"add", "--uid", "u1", "--input-url", "example.com"}, "has no scheme"},
+		{append(ok, "--timeout", "5 fortnights"), "--timeout: duration \"5 fortnights\""},
+		{append(ok, "--timeout", "0s"), "timeout 0s: expected from 1s to 7 days"},
+		{append(ok, "--retries", "1m,-1m"), "--retries: retry 2: duration \"-1m\" is negative"},
+		{append(ok, "--on-exhausted", "panic"), `on_exhausted "panic": expected "disable" or "wait_next"`},
+		{append(ok, "--give-up-after", "600 weeks"), "maximum of 10 years"},
+		{append(ok, "--policy", `{"colour":"red"}`), `unknown field "colour"`},
+		{append(ok, "--policy", "/no/such/file"), "expected a JSON object or a file"},
+		{append(ok, "--refresh-at", "tomorrow"), "--refresh-at \"tomorrow\": expected an RFC 3339 time"},
+		{append(ok, "--schedule", "RRULE:FREQ=DAILY;BYHOUR=24"), `BYHOUR value "24": expected 0 to 23`},
+		{append(ok, "--schedule", "DTSTART:20240101T000000Z\nRRULE:FREQ=YEARLY;BYMONTH=2;BYMONTHDAY=30"), "no occurrence"},
+		{append(ok, "--bogus"), "flag provided but not defined: -bogus"},
+		{append(ok, "extra"), "expected 0 argument(s)"},
+		{[]string{"show"}, "expected 1 argument(s), got 0"},
+		{[]string{"scheduler", "--batch", "0"}, "--batch from 1 to 100000"},
+		{[]string{"poller", "--batch", "100000"}, "--batch 100000: expected 1 to 5000"},
+		{[]string{"worker", "--log-level", "loud"}, `log level "loud"`},
+	}
+	for _, tt := range tests {
+		_, stderr, code := r.run(tt.args...)
+		if code != 2 || !strings.Contains(stderr, tt.want) {
+			t.Errorf("%q: exit %d, stderr %q; want exit 2 and %q", tt.args, code, stderr, tt.want)
+		}
+	}
+	out, _, _ := r.run("list", "--json")
+	if strings.TrimSpace(out) != "[]" {
+		t.Errorf("refused commands wrote records: %s", out)
+	}
+	if _, stderr, code := r.run("frobnicate"); code != 2 || !strings.Contains(stderr, `unknown command "frobnicate"`) {
+		t.Errorf("unknown command: %d %q", code, stderr)
+	}
+}
+
+func TestAddShowUpdate(t *testing.T) {
+	r := newRunner(t)
+	out, stderr, code := r.run("add", "--uid", "r1", "--input-url", "https://example.com/a",
+		"--schedule", `DTSTART;TZID=Europe/Paris:20240101T060000\nRRULE:FREQ=DAILY;BYHOUR=6,16`,
+		"--timeout", "PT10M", "--retries", "0, 1 minute, 5 minute", "--align=false", "--on-exhausted", "wait_next",
+		"--give-up-after", "1 week")
+	if code != 0 {
+		t.Fatalf("add: %d %s", code, stderr)
+	}
+	out, _, code = r.run("show", "r1")
+	if code != 0 {
+		t.Fatalf("show: %d", code)
+	}
+	var m map[string]any
+	if err := json.Unmarshal([]byte(out), &m); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"attempt_uid", "started_at", "deadline_at", "disabled_reason", "status_message"} {
+		if v, ok := m[key]; !ok || v != nil {
+			t.Errorf("show[%q] = %v, present %v; want null", key, v, ok)
+		}
+	}
+	if !regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$`).MatchString(m["refresh_at"].(string)) {
+		t.Errorf("refresh_at %q is not RFC 3339 with fractions", m["refresh_at"])
+	}
+	if m["schedule"] != "DTSTART;TZID=Europe/Paris:20240101T060000\nRRULE:FREQ=DAILY;BYHOUR=6,16" || m["attempt_no"] != 0.0 ||
+		m["disabled_until_update"] != false {
+		t.Errorf("show = %s", out)
+	}
+	pol := m["policy"].(map[string]any)
+	if pol["timeout"] != "10m" || pol["align"] != false || pol["on_exhausted"] != "wait_next" || pol["give_up_after"] != "168h" ||
+		len(pol["retries"].([]any)) != 3 {
+		t.Errorf("policy %v", pol)
+	}
+
+	// update changes only what it is given; a bad value writes nothing.
+	if _, stderr, code := r.run("update", "r1", "--timeout", "1h", "--schedule", "RRULE:FREQ=HOURLY;INTERVAL=0"); code != 2 || !strings.Contains(stderr, "INTERVAL=0") {
+		t.Errorf("bad update: %d %q", code, stderr)
+	}
+	out, _, _ = r.run("update", "r1", "--timeout", "20m")
+	json.Unmarshal([]byte(out), &m)
+	pol = m["policy"].(map[string]any)
+	if pol["timeout"] != "20m" || pol["on_exhausted"] != "wait_next" || !strings.Contains(m["schedule"].(string), "BYHOUR=6,16") {
+		t.Errorf("after update %s", out)
+	}
+	if _, stderr, code := r.run("update", "nope", "--timeout", "20m"); code != 1 || !strings.Contains(stderr, `update record "nope": no such record`) {
+		t.Errorf("update unknown: %d %q", code, stderr)
+	}
+	if _, stderr, code := r.run("add", "--uid", "r1", "--input-url", "https://example.com/a"); code != 1 || !strings.Contains(stderr, "already exists") {
+		t.Errorf("duplicate add: %d %q", code, stderr)
+	}
+	out, _, _ = r.run("list")
+	if !strings.Contains(out, "r1") || !strings.Contains(out, "waiting") {
+		t.Errorf("list:\n%s", out)
+	}
+}
+
+func TestPasswordsNeverPrinted(t *testing.T) {
+	r := &runner{t: t, env: map[string]string{
+		"DATABASE_URL": "postgres://bt:hunter2secret@127.0.0.1:1/x?sslmode=disable",
+		"REDIS_URL":    "redis://:hunter2secret@127.0.0.1:1/0",
+	}}
+	for _, args := range [][]string{{"migrate"}, {"worker"}, {"list"}} {
+		_, stderr, code := r.run(args...)
+		if code != 1 || strings.Contains(stderr, "hunter2") {
+			t.Errorf("%v: exit %d, stderr %q; want exit 1 without the password", args, code, stderr)
+		}
+	}
+}
