@@ -198,17 +198,32 @@ func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
 	l.log.DebugContext(ctx, "redis client", "detail", fmt.Sprintf(format, v...))
 }
 
-func (c Config) openStore(ctx context.Context) (*store.Store, error) {
-	return store.Open(ctx, c.DatabaseURL)
+// withStore runs fn with an open store and closes it after.
+func (c Config) withStore(ctx context.Context, fn func(*store.Store) error) error {
+	st, err := store.Open(ctx, c.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	return fn(st)
 }
 
-func (c Config) openQueue(ctx context.Context) (*queue.Queue, func(), error) {
+// withQueue runs fn with a connected queue and closes it after.
+func (c Config) withQueue(ctx context.Context, fn func(*queue.Queue) error) error {
 	if err := c.Queues.Validate(); err != nil {
-		return nil, nil, usageError{err.Error()}
+		return usageError{err.Error()}
 	}
 	rdb, err := queue.Connect(ctx, c.RedisURL)
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
-	return queue.New(rdb, c.Queues), func() { rdb.Close() }, nil
+	defer rdb.Close()
+	return fn(queue.New(rdb, c.Queues))
+}
+
+// withBoth runs fn with a store and a queue.
+func (c Config) withBoth(ctx context.Context, fn func(*store.Store, *queue.Queue) error) error {
+	return c.withStore(ctx, func(st *store.Store) error {
+		return c.withQueue(ctx, func(q *queue.Queue) error { return fn(st, q) })
+	})
 }

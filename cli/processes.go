@@ -9,6 +9,7 @@ import (
 	"github.com/bigtables/bigtables/protocol"
 	"github.com/bigtables/bigtables/queue"
 	"github.com/bigtables/bigtables/scheduler"
+	"github.com/bigtables/bigtables/store"
 	"github.com/bigtables/bigtables/worker"
 )
 
@@ -29,17 +30,9 @@ func runScheduler(ctx context.Context, e env, args []string) error {
 		return err
 	}
 	sc.Logger = log
-	st, err := cfg.openStore(ctx)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	q, closeQ, err := cfg.openQueue(ctx)
-	if err != nil {
-		return err
-	}
-	defer closeQ()
-	return scheduler.New(st, q, sc).Run(ctx)
+	return cfg.withBoth(ctx, func(st *store.Store, q *queue.Queue) error {
+		return scheduler.New(st, q, sc).Run(ctx)
+	})
 }
 
 func runPoller(ctx context.Context, e env, args []string) error {
@@ -63,17 +56,9 @@ func runPoller(ctx context.Context, e env, args []string) error {
 		return err
 	}
 	pc.Logger = log
-	st, err := cfg.openStore(ctx)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	q, closeQ, err := cfg.openQueue(ctx)
-	if err != nil {
-		return err
-	}
-	defer closeQ()
-	return poller.New(st, q, pc).Run(ctx)
+	return cfg.withBoth(ctx, func(st *store.Store, q *queue.Queue) error {
+		return poller.New(st, q, pc).Run(ctx)
+	})
 }
 
 func runWorker(ctx context.Context, e env, args []string) error {
@@ -93,14 +78,11 @@ func runWorker(ctx context.Context, e env, args []string) error {
 	if err != nil {
 		return err
 	}
-	q, closeQ, err := cfg.openQueue(ctx)
-	if err != nil {
-		return err
-	}
-	defer closeQ()
 	h := worker.HTTPGet(&http.Client{})
 	if command != "" {
 		h = worker.Exec(command)
 	}
-	return worker.Run(ctx, worker.Options{Queue: q, Concurrency: concurrency, Logger: log}, h)
+	return cfg.withQueue(ctx, func(q *queue.Queue) error {
+		return worker.Run(ctx, worker.Options{Queue: q, Concurrency: concurrency, Logger: log}, h)
+	})
 }

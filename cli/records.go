@@ -22,22 +22,19 @@ func runMigrate(ctx context.Context, e env, args []string) error {
 	if _, err := parse(fs, args, 0); err != nil {
 		return err
 	}
-	st, err := cfg.openStore(ctx)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	applied, err := st.Migrate(ctx)
-	if err != nil {
-		return err
-	}
-	if len(applied) == 0 {
-		fmt.Fprintln(e.stdout, "database schema is up to date")
-	}
-	for _, m := range applied {
-		fmt.Fprintf(e.stdout, "applied migration %s\n", m.Name)
-	}
-	return nil
+	return cfg.withStore(ctx, func(st *store.Store) error {
+		applied, err := st.Migrate(ctx)
+		if err != nil {
+			return err
+		}
+		if len(applied) == 0 {
+			fmt.Fprintln(e.stdout, "database schema is up to date")
+		}
+		for _, m := range applied {
+			fmt.Fprintf(e.stdout, "applied migration %s\n", m.Name)
+		}
+		return nil
+	})
 }
 
 // defFlags are the flags that set a record's definition and policy.
@@ -187,16 +184,13 @@ func runAdd(ctx context.Context, e env, args []string) error {
 	if err != nil {
 		return err
 	}
-	st, err := cfg.openStore(ctx)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	row, err := st.Add(ctx, uid, def, at)
-	if err != nil {
-		return err
-	}
-	return writeJSON(e, recordJSON(row, nil))
+	return cfg.withStore(ctx, func(st *store.Store) error {
+		row, err := st.Add(ctx, uid, def, at)
+		if err != nil {
+			return err
+		}
+		return writeJSON(e, recordJSON(row, nil))
+	})
 }
 
 func runUpdate(ctx context.Context, e env, args []string) error {
@@ -213,29 +207,26 @@ func runUpdate(ctx context.Context, e env, args []string) error {
 	if err != nil {
 		return err
 	}
-	st, err := cfg.openStore(ctx)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	row, err := st.Update(ctx, pos[0], func(def *store.Definition) error {
-		pol, err := refresh.ParsePolicy(def.Policy, nil)
-		if err != nil {
-			// The stored policy is unreadable: the update may replace it.
-			if pol, err = defaultPolicy(e); err != nil {
-				return err
+	return cfg.withStore(ctx, func(st *store.Store) error {
+		row, err := st.Update(ctx, pos[0], func(def *store.Definition) error {
+			pol, err := refresh.ParsePolicy(def.Policy, nil)
+			if err != nil {
+				// The stored policy is unreadable: the update may replace it.
+				if pol, err = defaultPolicy(e); err != nil {
+					return err
+				}
 			}
-		}
-		return d.apply(set, def, &pol, time.Now())
-	}, at)
-	if err != nil {
+			return d.apply(set, def, &pol, time.Now())
+		}, at)
 		var ue usageError
 		if errors.As(err, &ue) {
 			return ue
 		}
-		return err
-	}
-	return writeJSON(e, recordJSON(row, nil))
+		if err != nil {
+			return err
+		}
+		return writeJSON(e, recordJSON(row, nil))
+	})
 }
 
 func runShow(ctx context.Context, e env, args []string) error {
@@ -247,25 +238,22 @@ func runShow(ctx context.Context, e env, args []string) error {
 	if err != nil {
 		return err
 	}
-	st, err := cfg.openStore(ctx)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	row, err := st.Get(ctx, pos[0])
-	if err != nil {
-		return err
-	}
-	var h []store.Attempt
-	if history > 0 {
-		if h, err = st.History(ctx, row.UID, history); err != nil {
+	return cfg.withStore(ctx, func(st *store.Store) error {
+		row, err := st.Get(ctx, pos[0])
+		if err != nil {
 			return err
 		}
-		if h == nil {
-			h = []store.Attempt{}
+		var h []store.Attempt
+		if history > 0 {
+			if h, err = st.History(ctx, row.UID, history); err != nil {
+				return err
+			}
+			if h == nil {
+				h = []store.Attempt{}
+			}
 		}
-	}
-	return writeJSON(e, recordJSON(row, h))
+		return writeJSON(e, recordJSON(row, h))
+	})
 }
 
 func runList(ctx context.Context, e env, args []string) error {
@@ -279,12 +267,12 @@ func runList(ctx context.Context, e env, args []string) error {
 	if _, err := parse(fs, args, 0); err != nil {
 		return err
 	}
-	st, err := cfg.openStore(ctx)
-	if err != nil {
+	var rows []store.Row
+	err := cfg.withStore(ctx, func(st *store.Store) error {
+		var err error
+		rows, err = st.List(ctx, store.ListOptions{DisabledOnly: disabled, Limit: limit})
 		return err
-	}
-	defer st.Close()
-	rows, err := st.List(ctx, store.ListOptions{DisabledOnly: disabled, Limit: limit})
+	})
 	if err != nil {
 		return err
 	}

@@ -28,17 +28,8 @@ func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 func setup(t *testing.T) env {
 	t.Helper()
-	ctx := context.Background()
-	st, err := store.Open(ctx, testsvc.Database(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	if _, err := st.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
 	_, rdb, names := testsvc.Redis(t)
-	return env{st: st, q: queue.New(rdb, names), rdb: rdb}
+	return env{st: testsvc.Store(t), q: queue.New(rdb, names), rdb: rdb}
 }
 
 // start adds records and lets a scheduler start them; it returns the

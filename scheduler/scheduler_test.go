@@ -25,17 +25,8 @@ type env struct {
 
 func setup(t *testing.T) env {
 	t.Helper()
-	ctx := context.Background()
-	st, err := store.Open(ctx, testsvc.Database(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	if _, err := st.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
 	_, rdb, names := testsvc.Redis(t)
-	return env{st: st, q: queue.New(rdb, names), rdb: rdb}
+	return env{st: testsvc.Store(t), q: queue.New(rdb, names), rdb: rdb}
 }
 
 func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }

@@ -12,19 +12,7 @@ import (
 	"github.com/bigtables/bigtables/store"
 )
 
-func open(t *testing.T) *store.Store {
-	t.Helper()
-	ctx := context.Background()
-	s, err := store.Open(ctx, testsvc.Database(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	if _, err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
+func open(t *testing.T) *store.Store { return testsvc.Store(t) }
 
 func def() store.Definition {
 	return store.Definition{InputURL: "http://example.com/x", Policy: refresh.DefaultPolicy().JSON()}

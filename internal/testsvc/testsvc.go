@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/bigtables/bigtables/queue"
+	"github.com/bigtables/bigtables/store"
 	"github.com/jmoiron/sqlx"
 	_ "github.com/lib/pq" // PostgreSQL driver
 	"github.com/redis/go-redis/v9"
@@ -112,4 +113,19 @@ func redact(raw string) string {
 		return "(bad URL)"
 	}
 	return fmt.Sprint(u.Redacted())
+}
+
+// Store opens a migrated store on a fresh database for the test.
+func Store(t testing.TB) *store.Store {
+	t.Helper()
+	ctx := context.Background()
+	st, err := store.Open(ctx, Database(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	if _, err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return st
 }
