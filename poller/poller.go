@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	mrand "math/rand/v2"
 	"os"
 	"sync/atomic"
 	"time"
@@ -46,6 +47,9 @@ type Config struct {
 	// Logger: a line per batch at Debug, a summary every minute and every
 	// error at Info/Error. Default slog.Default().
 	Logger *slog.Logger
+	// Draw returns uniform random numbers in [0, 1) for randomized retry
+	// strategies. Default math/rand/v2's Float64.
+	Draw func() float64
 }
 
 func (c Config) withDefaults() Config {
@@ -70,6 +74,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Draw == nil {
+		c.Draw = mrand.Float64
 	}
 	return c
 }
@@ -190,7 +197,7 @@ func (p *Poller) process(ctx context.Context, raw []string) error {
 				outcome = store.OutcomeSuccess
 			case protocol.Failure:
 				row.State, step, err = rules.Fail(row.State, now, r.AttemptUID, refresh.Failure{
-					Message: r.Message, NotRetryable: r.NotRetryable(), Reason: r.UserFriendlyReason,
+					Message: r.Message, NotRetryable: r.NotRetryable(), Reason: r.UserFriendlyReason, Draw: p.cfg.Draw(),
 				})
 				outcome = store.OutcomeFailure
 			case protocol.Status:

@@ -40,10 +40,14 @@ type Policy struct {
 	// Timeout is how long one attempt may run before it counts as failed with
 	// reason "timeout". Default 1h; from 1s to 7 days.
 	Timeout Duration `json:"timeout"`
-	// Retries is the delay after the failure of attempt k (k = 1..len) at index
-	// k-1; when attempt len+1 fails the retries are exhausted. Default
-	// [0s 1m 5m 15m 30m 1h]. Each from 0 to 365 days, at most 100 entries.
+	// Retries is the seed's list strategy in short: the delay after the
+	// failure of attempt k (k = 1..len) is at index k-1; when attempt len+1
+	// fails the retries are exhausted. Default [0s 1m 5m 15m 30m 1h]. Each
+	// from 0 to 365 days, at most 100 entries. Ignored when Strategy is set.
 	Retries []Duration `json:"retries"`
+	// Strategy is any other retry strategy (exponential, fibonacci, the
+	// safely family, ...); nil means the Retries list.
+	Strategy *Strategy `json:"strategy,omitempty"`
 	// Align keeps refreshes aligned with the schedule: a retry that would
 	// start after, or still be running at, the next planned refresh is moved
 	// to that planned refresh. Default true.
@@ -74,6 +78,18 @@ func ParsePolicy(b []byte, base *Policy) (Policy, error) {
 	if base != nil {
 		p = base.clone()
 	}
+	var keys map[string]json.RawMessage
+	_ = json.Unmarshal(b, &keys) // errors are reported by the strict decode below
+	_, hasRetries := keys["retries"]
+	_, hasStrategy := keys["strategy"]
+	switch {
+	case hasRetries && hasStrategy:
+		return Policy{}, fmt.Errorf("%w: give either retries (a list of delays) or strategy, not both", ErrInvalidPolicy)
+	case hasRetries:
+		p.Strategy = nil
+	case hasStrategy:
+		p.Retries = nil
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&p); err != nil {
@@ -81,6 +97,9 @@ func ParsePolicy(b []byte, base *Policy) (Policy, error) {
 	}
 	if dec.More() {
 		return Policy{}, fmt.Errorf("%w: trailing data after the JSON object", ErrInvalidPolicy)
+	}
+	if p.Strategy != nil && p.Strategy.Kind == KindList && p.Strategy.Jitter == nil {
+		p.SetStrategy(*p.Strategy) // one spelling for one policy
 	}
 	if err := p.Validate(); err != nil {
 		return Policy{}, err
@@ -90,7 +109,29 @@ func ParsePolicy(b []byte, base *Policy) (Policy, error) {
 
 func (p Policy) clone() Policy {
 	p.Retries = append([]Duration(nil), p.Retries...)
+	if p.Strategy != nil {
+		st := *p.Strategy
+		p.Strategy = &st
+	}
 	return p
+}
+
+// RetryStrategy returns the strategy in force: Strategy, or the Retries list.
+func (p Policy) RetryStrategy() Strategy {
+	if p.Strategy != nil {
+		return *p.Strategy
+	}
+	return ListStrategy(p.Retries...)
+}
+
+// SetStrategy makes s the policy's strategy; a list strategy without jitter
+// is kept in its short form, Retries.
+func (p *Policy) SetStrategy(s Strategy) {
+	if s.Kind == KindList && s.Jitter == nil {
+		p.Retries, p.Strategy = append([]Duration{}, s.Delays...), nil
+		return
+	}
+	p.Retries, p.Strategy = nil, &s
 }
 
 // Validate names the first field that breaks a rule, and the rule.
@@ -101,12 +142,18 @@ func (p Policy) Validate() error {
 	if p.Timeout < Duration(time.Second) || p.Timeout > Duration(MaxTimeout) {
 		return bad("timeout %s: expected from 1s to 7 days", p.Timeout)
 	}
-	if len(p.Retries) > MaxRetries {
-		return bad("retries has %d entries: at most %d are allowed", len(p.Retries), MaxRetries)
-	}
-	for i, d := range p.Retries {
-		if d < 0 || d > Duration(MaxDelay) {
-			return bad("retries[%d] %s: expected from 0s to 365 days", i, d)
+	if p.Strategy != nil {
+		if err := p.Strategy.Validate(); err != nil {
+			return err
+		}
+	} else {
+		if len(p.Retries) > MaxRetries {
+			return bad("retries has %d entries: at most %d are allowed", len(p.Retries), MaxRetries)
+		}
+		for i, d := range p.Retries {
+			if d < 0 || d > Duration(MaxDelay) {
+				return bad("retries[%d] %s: expected from 0s to 365 days", i, d)
+			}
 		}
 	}
 	switch p.OnExhausted {
@@ -120,11 +167,26 @@ func (p Policy) Validate() error {
 	return nil
 }
 
+// MarshalJSON writes retries (possibly empty) for the list strategy and
+// strategy for any other, never both.
+func (p Policy) MarshalJSON() ([]byte, error) {
+	type plain Policy // without this method
+	out := struct {
+		plain
+		Retries *[]Duration `json:"retries,omitempty"`
+	}{plain: plain(p)}
+	if p.Strategy == nil {
+		r := p.Retries
+		if r == nil {
+			r = []Duration{}
+		}
+		out.Retries = &r
+	}
+	return json.Marshal(out)
+}
+
 // JSON returns the policy's canonical JSON, as stored.
 func (p Policy) JSON() []byte {
-	if p.Retries == nil {
-		p.Retries = []Duration{}
-	}
 	b, err := json.Marshal(p)
 	if err != nil {
 		panic(err) // only strings, bools and Durations: cannot fail

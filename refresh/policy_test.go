@@ -77,7 +77,7 @@ func TestParsePolicy(t *testing.T) {
 	if p.Timeout != Duration(10*time.Minute) || len(p.Retries) != 2 || p.Align || p.OnExhausted != Disable {
 		t.Errorf("ParsePolicy = %+v", p)
 	}
-	if got := string(p.JSON()); got != `{"timeout":"10m","retries":["0s","1m"],"align":false,"on_exhausted":"disable"}` {
+	if got := string(p.JSON()); got != `{"timeout":"10m","align":false,"on_exhausted":"disable","retries":["0s","1m"]}` {
 		t.Errorf("JSON = %s", got)
 	}
 	// Missing fields come from the base.

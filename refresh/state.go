@@ -31,8 +31,12 @@ type State struct {
 	// DeadlineAt is when the running attempt counts as timed out.
 	DeadlineAt time.Time
 	// FailingSince is when the first failed attempt since the last success
-	// started; zero while healthy. GiveUpAfter is measured from it.
+	// started; zero while healthy. GiveUpAfter and progressive strategies
+	// measure from it.
 	FailingSince time.Time
+	// LastDelay is the retry delay chosen after the previous failure since
+	// the last success (decorrelated jitter grows from it); 0 if none.
+	LastDelay time.Duration
 	// Disabled is set by a final failure; only a manual update clears it.
 	Disabled bool
 	// DisabledReason is the user-friendly text shown while Disabled.
@@ -124,7 +128,7 @@ func (r Rules) Succeed(s State, now time.Time, attemptUID string) (State, error)
 	}
 	s = s.clearAttempt()
 	s.AttemptNo = 0
-	s.FailingSince = time.Time{}
+	s.FailingSince, s.LastDelay = time.Time{}, 0
 	s.RefreshAt = r.Schedule.Next(now)
 	return s, nil
 }
@@ -138,6 +142,9 @@ type Failure struct {
 	// Reason is a user-friendly reason; a final failure shows it as the
 	// disabled reason when given.
 	Reason string
+	// Draw is a uniform random number in [0, 1) for randomized strategies,
+	// drawn by the caller from its (injectable) source.
+	Draw float64
 }
 
 // Decision says which branch of the failure transition was taken.
@@ -187,12 +194,13 @@ func (r Rules) Fail(s State, now time.Time, attemptUID string, f Failure) (State
 }
 
 // TimeOut fails the running attempt because its deadline passed, with the
-// message "timeout". It is ErrNotDue unless s.TimedOut(now).
-func (r Rules) TimeOut(s State, now time.Time) (State, Step, error) {
+// message "timeout"; draw is as Failure.Draw. It is ErrNotDue unless
+// s.TimedOut(now).
+func (r Rules) TimeOut(s State, now time.Time, draw float64) (State, Step, error) {
 	if !s.TimedOut(now) {
 		return s, Step{}, ErrNotDue
 	}
-	return r.fail(s, now, Failure{Message: "timeout"})
+	return r.fail(s, now, Failure{Message: "timeout", Draw: draw})
 }
 
 func (r Rules) fail(s State, now time.Time, f Failure) (State, Step, error) {
@@ -214,15 +222,18 @@ func (r Rules) fail(s State, now time.Time, f Failure) (State, Step, error) {
 		return final(s, f.Reason, why), Step{Decision: GaveUp}, nil
 	}
 	planned := r.Schedule.Next(now)
-	if s.AttemptNo > len(p.Retries) {
+	delay, ok := p.RetryStrategy().Delay(Input{
+		Failure: s.AttemptNo, FailingFor: now.Sub(s.FailingSince), Previous: s.LastDelay, Draw: f.Draw,
+	})
+	if !ok {
 		if p.OnExhausted == WaitNext && !planned.IsZero() {
-			s.AttemptNo = 0
+			s.AttemptNo, s.LastDelay = 0, 0
 			s.RefreshAt = planned
 			return s, Step{Decision: WaitingNext, Planned: planned}, nil
 		}
 		return final(s, f.Reason, ""), Step{Decision: Exhausted, Planned: planned}, nil
 	}
-	delay := time.Duration(p.Retries[max(s.AttemptNo, 1)-1])
+	s.LastDelay = delay
 	retryAt := now.Add(delay)
 	step := Step{Delay: delay, Planned: planned}
 	switch {
@@ -263,7 +274,7 @@ func Update(s State, now time.Time) (State, string) {
 	cancelled := s.AttemptUID
 	s = s.clearAttempt()
 	s.AttemptNo = 0
-	s.FailingSince = time.Time{}
+	s.FailingSince, s.LastDelay = time.Time{}, 0
 	s.Disabled = false
 	s.DisabledReason = ""
 	s.RefreshAt = now

@@ -122,10 +122,10 @@ func TestSucceed(t *testing.T) {
 func TestTimeOut(t *testing.T) {
 	r := Rules{twiceADay, policy(time.Hour, seedDelay)}
 	running := State{AttemptUID: "a", AttemptNo: 1, StartedAt: at("06:00"), DeadlineAt: at("07:00"), RefreshAt: at("16:00")}
-	if _, _, err := r.TimeOut(running, at("06:59")); !errors.Is(err, ErrNotDue) {
+	if _, _, err := r.TimeOut(running, at("06:59"), 0); !errors.Is(err, ErrNotDue) {
 		t.Errorf("TimeOut before the deadline: %v; want ErrNotDue", err)
 	}
-	got, step, err := r.TimeOut(running, at("07:00"))
+	got, step, err := r.TimeOut(running, at("07:00"), 0)
 	if err != nil || step.Decision != Retry || !got.RefreshAt.Equal(at("07:00")) || got.Running() {
 		t.Errorf("TimeOut = %+v, %v, %v; want an immediate retry", got, step, err)
 	}
@@ -244,7 +244,7 @@ func simulate(t *testing.T, r Rules, s State, events []event) (State, []string) 
 			log = append(log, string(step.Decision))
 		case "timeout":
 			var step Step
-			s, step, err = r.TimeOut(s, s.DeadlineAt)
+			s, step, err = r.TimeOut(s, s.DeadlineAt, 0)
 			log = append(log, "timeout:"+string(step.Decision))
 		}
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"time"
 
 	"github.com/bigtables/bigtables/protocol"
@@ -32,6 +33,9 @@ type Config struct {
 	// Logger receives a line per tick that did something at Info, and one per
 	// transition at Debug. Default slog.Default().
 	Logger *slog.Logger
+	// Draw returns uniform random numbers in [0, 1) for randomized retry
+	// strategies. Default math/rand/v2's Float64.
+	Draw func() float64
 }
 
 func (c Config) withDefaults() Config {
@@ -46,6 +50,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Draw == nil {
+		c.Draw = rand.Float64
 	}
 	return c
 }
@@ -101,7 +108,7 @@ func (s *Scheduler) Tick(ctx context.Context) (TickResult, error) {
 			if st.TimedOut(now) {
 				old := st
 				var step refresh.Step
-				st, step, _ = rules.TimeOut(st, now)
+				st, step, _ = rules.TimeOut(st, now, s.cfg.Draw())
 				res.TimedOut++
 				if st.Disabled {
 					res.Disabled++

@@ -112,6 +112,7 @@ type dbRow struct {
 	StartedAt      sql.NullTime   `db:"started_at"`
 	DeadlineAt     sql.NullTime   `db:"deadline_at"`
 	FailingSince   sql.NullTime   `db:"failing_since"`
+	LastDelayMs    int64          `db:"last_delay_ms"`
 	Disabled       bool           `db:"disabled_until_update"`
 	DisabledReason sql.NullString `db:"disabled_reason"`
 	StatusMessage  sql.NullString `db:"status_message"`
@@ -120,7 +121,7 @@ type dbRow struct {
 }
 
 const rowColumns = `uid, input_url, schedule, policy, refresh_at, attempt_uid, attempt_no, started_at,
-	deadline_at, failing_since, disabled_until_update, disabled_reason, status_message, created_at, updated_at`
+	deadline_at, failing_since, last_delay_ms, disabled_until_update, disabled_reason, status_message, created_at, updated_at`
 
 func nullTime(t sql.NullTime) time.Time {
 	if !t.Valid {
@@ -140,6 +141,7 @@ func (r dbRow) row() Row {
 			StartedAt:      nullTime(r.StartedAt),
 			DeadlineAt:     nullTime(r.DeadlineAt),
 			FailingSince:   nullTime(r.FailingSince),
+			LastDelay:      time.Duration(r.LastDelayMs) * time.Millisecond,
 			Disabled:       r.Disabled,
 			DisabledReason: r.DisabledReason.String,
 		},
@@ -393,12 +395,13 @@ UPDATE bigtables AS b SET
     started_at = NULLIF(u.started_at, '')::timestamptz,
     deadline_at = NULLIF(u.deadline_at, '')::timestamptz,
     failing_since = NULLIF(u.failing_since, '')::timestamptz,
+    last_delay_ms = u.last_delay_ms,
     disabled_until_update = u.disabled,
     disabled_reason = CASE WHEN u.disabled THEN u.reason END,
     status_message = NULLIF(u.status, ''),
     updated_at = now()
-FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::text[], $7::text[], $8::bool[], $9::text[], $10::text[])
-    AS u(uid, refresh_at, attempt_uid, attempt_no, started_at, deadline_at, failing_since, disabled, reason, status)
+FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::text[], $7::text[], $8::bool[], $9::text[], $10::text[], $11::bigint[])
+    AS u(uid, refresh_at, attempt_uid, attempt_no, started_at, deadline_at, failing_since, disabled, reason, status, last_delay_ms)
 WHERE b.uid = u.uid`
 
 // Save writes the refresh state and status message of rows the transaction
@@ -411,7 +414,7 @@ func (tx *Tx) Save(ctx context.Context, rows []Row) error {
 	uid, refreshAt, attemptUID, startedAt, deadlineAt, failingSince, reason, status :=
 		make([]string, n), make([]string, n), make([]string, n), make([]string, n),
 		make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	attemptNo, disabled := make([]int64, n), make([]bool, n)
+	attemptNo, lastDelay, disabled := make([]int64, n), make([]int64, n), make([]bool, n)
 	seen := make(map[string]bool, n)
 	for i, r := range rows {
 		if seen[r.UID] {
@@ -422,10 +425,12 @@ func (tx *Tx) Save(ctx context.Context, rows []Row) error {
 		refreshAt[i], startedAt[i] = timeText(r.RefreshAt), timeText(r.StartedAt)
 		deadlineAt[i], failingSince[i] = timeText(r.DeadlineAt), timeText(r.FailingSince)
 		disabled[i], reason[i], status[i] = r.Disabled, r.DisabledReason, r.StatusMessage
+		lastDelay[i] = r.LastDelay.Milliseconds()
 	}
 	res, err := tx.tx.ExecContext(ctx, saveStates, pq.StringArray(uid), pq.StringArray(refreshAt),
 		pq.StringArray(attemptUID), pq.Int64Array(attemptNo), pq.StringArray(startedAt), pq.StringArray(deadlineAt),
-		pq.StringArray(failingSince), pq.BoolArray(disabled), pq.StringArray(reason), pq.StringArray(status))
+		pq.StringArray(failingSince), pq.BoolArray(disabled), pq.StringArray(reason), pq.StringArray(status),
+		pq.Int64Array(lastDelay))
 	if err != nil {
 		return fmt.Errorf("save %d states: %w", n, err)
 	}
