@@ -40,6 +40,7 @@ func runMigrate(ctx context.Context, e env, args []string) error {
 // defFlags are the flags that set a record's definition and policy.
 type defFlags struct {
 	inputURL, schedule, timeout, retries, onExhausted, giveUpAfter, refreshAt, policy string
+	strategy, expr                                                                    string
 	align                                                                             bool
 }
 
@@ -53,6 +54,8 @@ func (d *defFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&d.giveUpAfter, "give-up-after", "", "disable after failing this long without a success, e.g. \"1 week\" (default never)")
 	fs.StringVar(&d.refreshAt, "refresh-at", "now", "first refresh: RFC 3339 time or now")
 	fs.StringVar(&d.policy, "policy", "", "whole policy as JSON, or a file holding it; other flags override its fields")
+	fs.StringVar(&d.strategy, "strategy", "", "retry strategy: JSON, or e.g. \"exponential initial=5s max=5m max_attempts=7 jitter=full\" (see README)")
+	fs.StringVar(&d.expr, "expr", "", "policy as sentences (\"Allow 1 hour for a response\\nOn the first failure, retry immediately\\nPanic\"), or a file holding them")
 }
 
 // apply sets on def and pol what the flags that were given say. set names
@@ -76,19 +79,46 @@ func (d *defFlags) apply(set map[string]bool, def *store.Definition, pol *refres
 		def.Schedule = s.String()
 	}
 	if set["policy"] {
-		text := d.policy
-		if !strings.HasPrefix(strings.TrimSpace(text), "{") {
-			b, err := os.ReadFile(text)
-			if err != nil {
-				return usagef("--policy: expected a JSON object or a file holding one: %v", err)
-			}
-			text = string(b)
+		text, err := textOrFile(d.policy, func(s string) bool { return strings.HasPrefix(strings.TrimSpace(s), "{") })
+		if err != nil {
+			return usagef("--policy: expected a JSON object or a file holding one: %v", err)
 		}
 		p, err := refresh.ParsePolicy([]byte(text), pol)
 		if err != nil {
 			return usagef("--policy: %v", err)
 		}
 		*pol = p
+	}
+	if set["expr"] {
+		text, err := textOrFile(d.expr, func(s string) bool { return strings.Contains(s, "\n") || strings.Contains(s, " ") })
+		if err != nil {
+			return usagef("--expr: %v", err)
+		}
+		r, err := refresh.ParseReadable(text, pol)
+		if err != nil {
+			return usagef("--expr: %v", err)
+		}
+		*pol = r.Policy
+		if r.Schedule != "" && !set["schedule"] {
+			s, err := schedule.Parse(r.Schedule, now)
+			if err == nil {
+				err = s.Validate()
+			}
+			if err != nil {
+				return usagef("--expr: %v", err)
+			}
+			def.Schedule = s.String()
+		}
+	}
+	if set["retries"] && set["strategy"] {
+		return usagef("give --retries (a list of delays) or --strategy, not both")
+	}
+	if set["strategy"] {
+		st, err := refresh.ParseStrategy(d.strategy)
+		if err != nil {
+			return usagef("--strategy: %v", err)
+		}
+		pol.SetStrategy(st)
 	}
 	if set["timeout"] {
 		t, err := refresh.ParseDuration(d.timeout)
@@ -102,7 +132,7 @@ func (d *defFlags) apply(set map[string]bool, def *store.Definition, pol *refres
 		if err != nil {
 			return usagef("--retries: %v", err)
 		}
-		pol.Retries = r
+		pol.SetStrategy(refresh.ListStrategy(r...))
 	}
 	if set["align"] {
 		pol.Align = d.align
@@ -122,6 +152,18 @@ func (d *defFlags) apply(set map[string]bool, def *store.Definition, pol *refres
 	}
 	def.Policy = pol.JSON()
 	return nil
+}
+
+// textOrFile returns s if isText(s), else the contents of the file s names.
+func textOrFile(s string, isText func(string) bool) (string, error) {
+	if isText(s) {
+		return s, nil
+	}
+	b, err := os.ReadFile(s)
+	if err != nil {
+		return "", err
+	}
+	return string(b), nil
 }
 
 // refreshTime reads --refresh-at: nil for now.
