@@ -198,13 +198,17 @@ func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
 	l.log.DebugContext(ctx, "redis client", "detail", fmt.Sprintf(format, v...))
 }
 
-// withStore runs fn with an open store and closes it after.
+// withStore runs fn with an open store, after checking the schema is
+// current, and closes it after.
 func (c Config) withStore(ctx context.Context, fn func(*store.Store) error) error {
 	st, err := store.Open(ctx, c.DatabaseURL)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
+	if err := st.CheckSchema(ctx); err != nil {
+		return err
+	}
 	return fn(st)
 }
 

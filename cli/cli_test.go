@@ -142,3 +142,17 @@ func TestPasswordsNeverPrinted(t *testing.T) {
 		}
 	}
 }
+
+func TestCommandsRefuseAnOutdatedSchema(t *testing.T) {
+	r := &runner{t: t, env: map[string]string{"DATABASE_URL": testsvc.Database(t)}}
+	_, stderr, code := r.run("list")
+	if code != 1 || !strings.Contains(stderr, "database schema is out of date: run 'bigtables migrate' (the database has no bigtables schema yet)") {
+		t.Errorf("list before migrate: %d %q", code, stderr)
+	}
+	if _, _, code := r.run("migrate"); code != 0 {
+		t.Fatal("migrate failed")
+	}
+	if _, stderr, code := r.run("list"); code != 0 {
+		t.Errorf("list after migrate: %d %q", code, stderr)
+	}
+}

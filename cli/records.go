@@ -22,19 +22,23 @@ func runMigrate(ctx context.Context, e env, args []string) error {
 	if _, err := parse(fs, args, 0); err != nil {
 		return err
 	}
-	return cfg.withStore(ctx, func(st *store.Store) error {
-		applied, err := st.Migrate(ctx)
-		if err != nil {
-			return err
-		}
-		if len(applied) == 0 {
-			fmt.Fprintln(e.stdout, "database schema is up to date")
-		}
-		for _, m := range applied {
-			fmt.Fprintf(e.stdout, "applied migration %s\n", m.Name)
-		}
-		return nil
-	})
+	// Not withStore: migrate is what brings the schema up to date.
+	st, err := store.Open(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	applied, err := st.Migrate(ctx)
+	if err != nil {
+		return err
+	}
+	if len(applied) == 0 {
+		fmt.Fprintln(e.stdout, "database schema is up to date")
+	}
+	for _, m := range applied {
+		fmt.Fprintf(e.stdout, "applied migration %s\n", m.Name)
+	}
+	return nil
 }
 
 // defFlags are the flags that set a record's definition and policy.

@@ -293,3 +293,59 @@ func TestLateResultIsStale(t *testing.T) {
 		t.Errorf("a late result changed the record: %+v", row.State)
 	}
 }
+
+// TestEveryStrategyFamilyEndToEnd runs one failure of a record of each
+// strategy family through the real scheduler, Redis and poller, and checks
+// the retry delay the database ends up with.
+func TestEveryStrategyFamilyEndToEnd(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	tests := []struct {
+		uid, strategy string
+		lo, hi        time.Duration // lo <= refresh_at - failure time <= hi
+	}{
+		{"list", "list delays=7m,1h", 7 * time.Minute, 7 * time.Minute},
+		{"exponential", "exponential initial=3m multiplier=3 max=1h max_attempts=5", 3 * time.Minute, 3 * time.Minute},
+		{"linear", "linear initial=4m max_attempts=5", 4 * time.Minute, 4 * time.Minute},
+		{"fibonacci", "fibonacci unit=2m max_attempts=5", 2 * time.Minute, 2 * time.Minute},
+		{"progressive", "progressive", 5 * time.Minute, 5 * time.Minute},
+		{"jitter", "exponential initial=10m max_attempts=5 jitter=equal", 5 * time.Minute, 10 * time.Minute},
+		{"fix", "fix ms=90000 max_retry=2", 90 * time.Second, 90 * time.Second},
+		{"random-range", "random-range min_ms=60000 max_ms=120000 max_retry=2", time.Minute, 2 * time.Minute},
+		{"random", "random base_ms=60000 pct=0.5 max_retry=2", 30 * time.Second, 90 * time.Second},
+		{"random-exp-backoff", "random-exp-backoff base_ms=3000 max_retry=2", 3 * time.Second, 3 * time.Second},
+		{"rand-cycle", "rand-cycle cycle_ms=45000,90000 max_retry=2", 45 * time.Second, 45 * time.Second},
+	}
+	past := time.Now().Add(-time.Minute)
+	for _, tt := range tests {
+		st, err := refresh.ParseStrategy(tt.strategy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := refresh.DefaultPolicy()
+		p.SetStrategy(st)
+		def := store.Definition{InputURL: "http://example.com/" + tt.uid, Policy: p.JSON()}
+		if _, err := e.st.Add(ctx, tt.uid, def, &past); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if res, err := scheduler.New(e.st, e.q, scheduler.Config{Logger: quiet()}).Tick(ctx); err != nil || res.Started != len(tests) {
+		t.Fatalf("tick = %+v, %v", res, err)
+	}
+	for _, tt := range tests {
+		r, _ := e.st.Get(ctx, tt.uid)
+		push(t, e, result(tt.uid, r.AttemptUID, protocol.Failure, "boom"))
+	}
+	drainAll(t, poller.New(e.st, e.q, poller.Config{Logger: quiet()}))
+	for _, tt := range tests {
+		r, _ := e.st.Get(ctx, tt.uid)
+		h, _ := e.st.History(ctx, tt.uid, 1)
+		if len(h) != 1 {
+			t.Fatalf("%s: no history", tt.uid)
+		}
+		delay := r.RefreshAt.Sub(h[0].FinishedAt)
+		if delay < tt.lo || delay > tt.hi || (delay-r.LastDelay).Abs() >= time.Millisecond {
+			t.Errorf("%s: retry %v after the failure (last_delay %v); want %v to %v", tt.uid, delay, r.LastDelay, tt.lo, tt.hi)
+		}
+	}
+}

@@ -3,11 +3,14 @@ package store
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/lib/pq"
 )
 
 //go:embed migrations/*.sql
@@ -92,4 +95,39 @@ func (s *Store) Migrate(ctx context.Context) ([]Migration, error) {
 		return nil, fmt.Errorf("migrate: %w", err)
 	}
 	return applied, nil
+}
+
+// ErrSchemaOutdated means the database lacks migrations this binary needs.
+var ErrSchemaOutdated = errors.New("database schema is out of date: run 'bigtables migrate'")
+
+// CheckSchema reports ErrSchemaOutdated, with the versions missing, when
+// the database has not been migrated to this binary's latest version.
+func (s *Store) CheckSchema(ctx context.Context) error {
+	all, err := Migrations()
+	if err != nil {
+		return err
+	}
+	var done []int
+	err = s.db.SelectContext(ctx, &done, "SELECT version FROM schema_migrations")
+	var pqErr *pq.Error
+	if errors.As(err, &pqErr) && pqErr.Code == "42P01" { // undefined_table
+		return fmt.Errorf("%w (the database has no bigtables schema yet)", ErrSchemaOutdated)
+	}
+	if err != nil {
+		return fmt.Errorf("read schema version: %w", err)
+	}
+	have := map[int]bool{}
+	for _, v := range done {
+		have[v] = true
+	}
+	var missing []string
+	for _, m := range all {
+		if !have[m.Version] {
+			missing = append(missing, m.Name)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%w (missing %s)", ErrSchemaOutdated, strings.Join(missing, ", "))
+	}
+	return nil
 }

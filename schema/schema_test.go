@@ -1,0 +1,86 @@
+package schema_test
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/bigtables/bigtables/refresh"
+	"github.com/bigtables/bigtables/schema"
+	"github.com/santhosh-tekuri/jsonschema/v6"
+)
+
+func compile(t *testing.T, name string, b []byte) *jsonschema.Schema {
+	t.Helper()
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := jsonschema.NewCompiler()
+	if err := c.AddResource(name, doc); err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.Compile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func valid(t *testing.T, s *jsonschema.Schema, doc string) error {
+	t.Helper()
+	v, err := jsonschema.UnmarshalJSON(strings.NewReader(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.Validate(v)
+}
+
+// Every policy the Go code writes validates against the published schema,
+// and documents both refuse are refused by both.
+func TestPolicySchemaMatchesTheCode(t *testing.T) {
+	s := compile(t, "policy.schema.json", schema.Policy)
+	strategies := []string{
+		"list delays=0,1m jitter=full", "exponential initial=5s multiplier=2 max=300s max_attempts=8 jitter=additive:0.25",
+		"linear initial=5s max_attempts=5", "fibonacci unit=1m max_attempts=7", "progressive", "progressive bands=1h:1m,2h:10m",
+		"fix ms=3000 max_retry=3", "random-range min_ms=2000 max_ms=5000 max_retry=3", "random base_ms=3000 pct=0.5 max_retry=3",
+		"random-exp-backoff base_ms=3000 pct=0.5 max_ms=240000 max_retry=3", "rand-cycle cycle_ms=1000,2000 pct=0.1 max_retry=0",
+		"exponential initial=5s max=1m max_attempts=9 jitter=decorrelated",
+	}
+	docs := []string{string(refresh.DefaultPolicy().JSON())}
+	for _, text := range strategies {
+		st, err := refresh.ParseStrategy(text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := refresh.DefaultPolicy()
+		p.SetStrategy(st)
+		p.OnExhausted, p.GiveUpAfter = refresh.WaitNext, refresh.Duration(3600e9)
+		docs = append(docs, string(p.JSON()))
+	}
+	for _, doc := range docs {
+		if err := valid(t, s, doc); err != nil {
+			t.Errorf("policy the code wrote fails the schema: %s\n%v", doc, err)
+		}
+		if _, err := refresh.ParsePolicy([]byte(doc), nil); err != nil {
+			t.Errorf("policy the code wrote does not parse back: %s: %v", doc, err)
+		}
+	}
+	for _, doc := range []string{
+		`{"colour":"red"}`,
+		`{"retries":["1m"],"strategy":{"kind":"fix","ms":1,"max_retry":1}}`,
+		`{"on_exhausted":"panic"}`,
+		`{"strategy":{"kind":"zigzag"}}`,
+		`{"strategy":{"kind":"fix","ms":3000}}`,
+		`{"strategy":{"kind":"exponential","initial":"5s","max_attempts":3,"ms":4}}`,
+		`{"strategy":{"kind":"list","delays":["1m"],"jitter":{"kind":"wobbly"}}}`,
+		`{"timeout":60}`,
+	} {
+		if err := valid(t, s, doc); err == nil {
+			t.Errorf("schema accepts %s", doc)
+		}
+		if _, err := refresh.ParsePolicy([]byte(doc), nil); err == nil {
+			t.Errorf("the code accepts %s", doc)
+		}
+	}
+}
