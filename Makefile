@@ -5,7 +5,7 @@ GO ?= go
 BIN := bin/bigtables
 FUZZTIME ?= 10s
 
-.PHONY: help build test check unit bench-smoke fuzz services run migrate docker-up docker-down clean
+.PHONY: help build test check unit bench-smoke bench bench-short fuzz services run migrate docker-up docker-down clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -26,6 +26,12 @@ unit: ## unit, integration and end-to-end tests with the race detector
 
 bench-smoke: ## compile and run every benchmark once, so none rots
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
+
+bench: build services ## the full bench: 100,000 records, 1,000,000-row scale and backlog tests (several minutes)
+	$(BIN) bench $(BENCHFLAGS)
+
+bench-short: build services ## the bench on small sizes, as CI runs it
+	$(BIN) bench --records 3000 --scale-rows 30000 --backlog 20000 $(BENCHFLAGS)
 
 fuzz: ## fuzz the decoders and parsers, FUZZTIME each (default 10s)
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeResult$$' -fuzztime $(FUZZTIME) ./protocol

@@ -63,10 +63,11 @@ type command struct {
 	run     func(ctx context.Context, e env, args []string) error
 }
 
-var commands map[string]command
+// commands are the subcommands; each file's init adds its own.
+var commands = map[string]command{}
 
 func init() {
-	commands = map[string]command{
+	for name, c := range map[string]command{
 		"migrate":   {"create or upgrade the database schema (idempotent)", runMigrate},
 		"add":       {"add a record", runAdd},
 		"update":    {"change a record as a person saving it: re-enables it and refreshes now", runUpdate},
@@ -75,6 +76,8 @@ func init() {
 		"scheduler": {"run the scheduler until SIGINT/SIGTERM", runScheduler},
 		"poller":    {"run the poller until SIGINT/SIGTERM", runPoller},
 		"worker":    {"run the reference worker until SIGINT/SIGTERM", runWorker},
+	} {
+		commands[name] = c
 	}
 }
 

@@ -118,3 +118,21 @@ func FuzzDecodeJob(f *testing.F) {
 		}
 	})
 }
+
+func BenchmarkDecodeResult(b *testing.B) {
+	raw := []byte(`{"big_table_uid":"report-42","refresh_attempt_uid":"cmwpzf4mg0000hl7dhmg8qfwt","type":"success","message":"ok"}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := DecodeResult(raw, 0); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkEncodeJob(b *testing.B) {
+	j := Job{BigTableUID: "report-42", AttemptUID: "cmwpzf4mg0000hl7dhmg8qfwt", InputURL: "https://example.com/r.csv", AttemptNo: 1, DeadlineAt: time.Now()}
+	b.ReportAllocs()
+	for b.Loop() {
+		j.Encode()
+	}
+}

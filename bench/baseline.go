@@ -1,0 +1,138 @@
+package bench
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/bigtables/bigtables/protocol"
+	"github.com/bigtables/bigtables/refresh"
+	"github.com/redis/go-redis/v9"
+)
+
+// baseline runs the same N records through the seed's design, row at a time
+// (seeds/000: cronjob_refresh and poll), implemented here only, and returns
+// cycles per second. It keeps no attempt history, so the comparison leans in
+// its favour.
+func (e *env) baseline(ctx context.Context) (float64, error) {
+	if err := e.reset(ctx); err != nil {
+		return 0, err
+	}
+	if err := e.insert(ctx, "r", e.cfg.Records, time.Now().Add(-time.Second)); err != nil {
+		return 0, err
+	}
+	rules := refresh.Rules{Policy: refresh.DefaultPolicy()}
+	rules.Policy.Timeout = refresh.Duration(10 * time.Minute)
+	runCtx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var applied atomic.Int64
+	errc := make(chan error, 2)
+	start := time.Now()
+
+	// The seed's cronjob_refresh: select the first due row, start it, push
+	// its job, save the row.
+	wg.Go(func() {
+		for runCtx.Err() == nil {
+			var uid, url string
+			err := e.db.QueryRowContext(runCtx, `SELECT uid, input_url FROM bigtables
+				WHERE attempt_uid IS NULL AND refresh_at < now() ORDER BY refresh_at LIMIT 1`).Scan(&uid, &url)
+			if errors.Is(err, sql.ErrNoRows) {
+				time.Sleep(5 * time.Millisecond)
+				continue
+			}
+			if err != nil {
+				if runCtx.Err() == nil {
+					errc <- err
+				}
+				return
+			}
+			now := time.Now()
+			st, err := rules.Start(refresh.State{RefreshAt: now.Add(-time.Second)}, now, refresh.NewAttemptUID())
+			if err != nil {
+				errc <- err
+				return
+			}
+			// Save, then push: the seed pushes first, which loses a fast
+			// worker's answer (DESIGN.md rule 2); the issue's baseline is
+			// "select one due row, update it, push".
+			_, err = e.db.ExecContext(runCtx, `UPDATE bigtables SET attempt_uid = $2, attempt_no = attempt_no + 1,
+				started_at = $3, deadline_at = $4, refresh_at = NULL WHERE uid = $1`, uid, st.AttemptUID, now, st.DeadlineAt)
+			if err == nil {
+				job := protocol.Job{BigTableUID: uid, AttemptUID: st.AttemptUID, InputURL: url, AttemptNo: st.AttemptNo, DeadlineAt: st.DeadlineAt}
+				err = e.rdb.RPush(runCtx, e.names.Input, job.Encode()).Err()
+			}
+			if err != nil {
+				errc <- err
+				return
+			}
+		}
+	})
+	// The seed's poll: MULTI LRANGE 0 99 / LTRIM 100 -1, load the rows, one
+	// update per result whose attempt is current.
+	wg.Go(func() {
+		for runCtx.Err() == nil {
+			var lr *redis.StringSliceCmd
+			_, err := e.rdb.TxPipelined(runCtx, func(p redis.Pipeliner) error {
+				lr = p.LRange(runCtx, e.names.Output, 0, 99)
+				p.LTrim(runCtx, e.names.Output, 100, -1)
+				return nil
+			})
+			if err != nil {
+				if runCtx.Err() == nil {
+					errc <- err
+				}
+				return
+			}
+			items := lr.Val()
+			if len(items) == 0 {
+				time.Sleep(5 * time.Millisecond)
+				continue
+			}
+			for _, raw := range items {
+				r, err := protocol.DecodeResult([]byte(raw), 0)
+				if err != nil {
+					continue
+				}
+				res, err := e.db.ExecContext(runCtx, `UPDATE bigtables SET attempt_uid = NULL, attempt_no = 0,
+					started_at = NULL, deadline_at = NULL WHERE uid = $1 AND attempt_uid = $2`, r.BigTableUID, r.AttemptUID)
+				if err != nil {
+					if runCtx.Err() == nil {
+						errc <- err
+					}
+					return
+				}
+				if n, _ := res.RowsAffected(); n == 1 {
+					applied.Add(1)
+				}
+			}
+		}
+	})
+	ws := e.workers(runCtx, e.cfg.Workers, nil)
+	var err error
+	for err == nil {
+		n := applied.Load()
+		el := time.Since(start).Seconds()
+		fmt.Fprintf(e.cfg.Progress, "\r\033[K  seed design: %d/%d cycles, %.0f/s", n, e.cfg.Records, float64(n)/max(el, 1e-9))
+		if n >= int64(e.cfg.Records) {
+			break
+		}
+		select {
+		case err = <-errc:
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	elapsed := time.Since(start)
+	stop()
+	wg.Wait()
+	ws.Wait()
+	if err != nil {
+		return 0, err
+	}
+	return float64(e.cfg.Records) / elapsed.Seconds(), nil
+}

@@ -1,0 +1,66 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/bigtables/bigtables/bench"
+)
+
+func init() {
+	commands["bench"] = command{"measure throughput, latency, scaling and memory against local services", runBench}
+}
+
+func runBench(ctx context.Context, e env, args []string) error {
+	var cfg Config
+	var bc bench.Config
+	var asJSON bool
+	fs := flagSet(e, "bench", "bench [--records N] [--scale-rows N] [--backlog N] [--json]", &cfg)
+	fs.IntVar(&bc.Records, "records", 100_000, "records cycled end to end")
+	fs.IntVar(&bc.Workers, "workers", 8, "in-process trivial workers")
+	fs.IntVar(&bc.SchedulerBatch, "scheduler-batch", 1000, "scheduler batch")
+	fs.IntVar(&bc.PollerBatch, "poller-batch", 1000, "poller batch")
+	fs.IntVar(&bc.ScaleRows, "scale-rows", 1_000_000, "rows stored in the large-table tick test")
+	fs.IntVar(&bc.Backlog, "backlog", 1_000_000, "results the poller drains in the memory test")
+	fs.BoolVar(&asJSON, "json", false, "print the figures as one JSON object")
+	only := fs.String("only", "", "run only these steps, comma-separated: e2e, baseline, two, alone, latency, scale, memory")
+	if _, err := parse(fs, args, 0); err != nil {
+		return err
+	}
+	if bc.Records < 100 || bc.ScaleRows < 10_000 || bc.Backlog < 1000 || bc.Workers < 1 {
+		return usagef("--records must be at least 100, --scale-rows 10000, --backlog 1000, --workers 1")
+	}
+	bc.AdminURL, bc.RedisURL, bc.Progress = cfg.DatabaseURL, cfg.RedisURL, e.stderr
+	if *only != "" {
+		bc.Only = strings.Split(*only, ",")
+	}
+	res, err := bench.Run(ctx, bc)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return writeJSON(e, res)
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+	row := func(name, value, note string) { fmt.Fprintf(tw, "%s\t%s\t  %s\t\n", name, value, note) }
+	row("measure", "value", "")
+	row(fmt.Sprintf("end to end, %d records (cycles/s)", res.Records), fmt.Sprintf("%.0f", res.CyclesPerSec), "real scheduler + poller, batched")
+	row("seed's row-at-a-time design (cycles/s)", fmt.Sprintf("%.0f", res.BaselineCyclesPerSec), "same records, same run")
+	row("speed-up over the seed's design", fmt.Sprintf("%.1fx", res.SpeedupVsBaseline), "target >= 20x")
+	row("two schedulers + two pollers (cycles/s)", fmt.Sprintf("%.0f", res.TwoEachCyclesPerSec), fmt.Sprintf("each record exactly once: %v", res.TwoEachExactlyOnce))
+	row("scheduler alone (starts/s)", fmt.Sprintf("%.0f", res.SchedulerStartsPerSec), "")
+	row("poller alone (applies/s)", fmt.Sprintf("%.0f", res.PollerAppliesPerSec), "")
+	row("due -> job at a worker p50 / p99 (ms)", fmt.Sprintf("%.1f / %.1f", res.DueToPushedP50Ms, res.DueToPushedP99Ms), "steady load, scheduler interval 50 ms")
+	row("result -> applied p50 / p99 (ms)", fmt.Sprintf("%.1f / %.1f", res.ResultToAppliedP50Ms, res.ResultToAppliedP99Ms), "")
+	row("tick starting 1,000: 10,000 rows stored (ms)", fmt.Sprintf("%.1f", res.TickMsSmallTable), "")
+	row(fmt.Sprintf("tick starting 1,000: %d rows stored (ms)", res.LargeTableRows), fmt.Sprintf("%.1f", res.TickMsLargeTable), fmt.Sprintf("ratio %.2f, target <= 1.5", res.TickCostRatio))
+	if res.PollerRSSSkippedReason != "" {
+		row("poller peak RSS", "skipped", res.PollerRSSSkippedReason)
+	} else {
+		row(fmt.Sprintf("poller peak RSS, %d backlog (MiB)", res.PollerSmallBacklog), fmt.Sprintf("%.1f", res.PollerPeakRSSMiBSmall), "")
+		row(fmt.Sprintf("poller peak RSS, %d backlog (MiB)", res.PollerBacklog), fmt.Sprintf("%.1f", res.PollerPeakRSSMiBLarge), fmt.Sprintf("ratio %.2f: bounded by the batch, not the backlog", res.PollerRSSRatio))
+	}
+	return tw.Flush()
+}
