@@ -5,7 +5,7 @@ GO ?= go
 BIN := bin/bigtables
 FUZZTIME ?= 10s
 
-.PHONY: help build test check unit bench-smoke bench bench-short fuzz services run migrate docker-up docker-down clean
+.PHONY: help example-deps build test check unit bench-smoke bench bench-short fuzz services run migrate docker-up docker-down clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -13,7 +13,7 @@ help: ## list the targets
 build: ## build bin/bigtables
 	$(GO) build -o $(BIN) ./cmd/bigtables
 
-test: services check unit bench-smoke ## everything CI checks: formatting, vet, race tests on real PostgreSQL and Redis, benchmarks once
+test: services example-deps check unit bench-smoke ## everything CI checks: formatting, vet, race tests on real PostgreSQL and Redis, benchmarks once
 
 check: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -41,6 +41,9 @@ fuzz: ## fuzz the decoders and parsers, FUZZTIME each (default 10s)
 
 services: ## start PostgreSQL and Redis unless they already answer
 	@scripts/services.sh
+
+example-deps: ## install what the example workers need (Python redis, jq, redis-cli, curl, npm packages) where missing
+	@scripts/example-deps.sh
 
 run: ## the demo: services, migrate, demo records, scheduler + poller + worker (Ctrl-C stops)
 	@scripts/demo.sh

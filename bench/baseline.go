@@ -39,7 +39,8 @@ func (e *env) baseline(ctx context.Context) (float64, error) {
 		for runCtx.Err() == nil {
 			var uid, url string
 			err := e.db.QueryRowContext(runCtx, `SELECT uid, input_url FROM bigtables
-				WHERE attempt_uid IS NULL AND refresh_at < now() ORDER BY refresh_at LIMIT 1`).Scan(&uid, &url)
+				WHERE attempt_uid IS NULL AND NOT disabled_until_update AND refresh_at < now()
+				ORDER BY refresh_at LIMIT 1`).Scan(&uid, &url) // the due index, as ours
 			if errors.Is(err, sql.ErrNoRows) {
 				time.Sleep(5 * time.Millisecond)
 				continue

@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/bigtables/bigtables/queue"
 	"github.com/bigtables/bigtables/refresh"
 	"github.com/bigtables/bigtables/schedule"
 	"github.com/bigtables/bigtables/store"
@@ -253,8 +254,11 @@ func runUpdate(ctx context.Context, e env, args []string) error {
 	if err != nil {
 		return err
 	}
-	return cfg.withStore(ctx, func(st *store.Store) error {
-		row, err := st.Update(ctx, pos[0], func(def *store.Definition) error {
+	var row, before store.Row
+	err = cfg.withStore(ctx, func(st *store.Store) error {
+		before, _ = st.Get(ctx, pos[0]) // for the attempt this update cancels, if any
+		var err error
+		row, err = st.Update(ctx, pos[0], func(def *store.Definition) error {
 			pol, err := refresh.ParsePolicy(def.Policy, nil)
 			if err != nil {
 				// The stored policy is unreadable: the update may replace it.
@@ -264,15 +268,26 @@ func runUpdate(ctx context.Context, e env, args []string) error {
 			}
 			return d.apply(set, def, &pol, time.Now())
 		}, at)
-		var ue usageError
-		if errors.As(err, &ue) {
-			return ue
-		}
-		if err != nil {
-			return err
-		}
-		return writeJSON(e, recordJSON(row, nil))
+		return err
 	})
+	var ue usageError
+	if errors.As(err, &ue) {
+		return ue
+	}
+	if err != nil {
+		return err
+	}
+	if before.Running() {
+		// Tell the cancelled attempt's worker to stop (best effort: its
+		// results are stale anyway).
+		err := cfg.withQueue(ctx, func(q *queue.Queue) error {
+			return q.Cancel(ctx, map[string]time.Time{before.AttemptUID: before.DeadlineAt})
+		})
+		if err != nil {
+			fmt.Fprintf(e.stderr, "bigtables update: warning: could not tell the worker of attempt %s to stop: %v\n", before.AttemptUID, err)
+		}
+	}
+	return writeJSON(e, recordJSON(row, nil))
 }
 
 func runShow(ctx context.Context, e env, args []string) error {

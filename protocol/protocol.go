@@ -51,9 +51,10 @@ type Job struct {
 	DeadlineAt time.Time `json:"deadline_at"`
 }
 
-// Encode returns the job's JSON.
+// Encode returns the job's JSON. deadline_at is RFC 3339 in UTC with at most
+// six fractional digits, which every language's date parser reads.
 func (j Job) Encode() []byte {
-	j.DeadlineAt = j.DeadlineAt.UTC()
+	j.DeadlineAt = j.DeadlineAt.UTC().Truncate(time.Microsecond)
 	b, err := json.Marshal(j)
 	if err != nil {
 		panic(err) // strings, an int and a time: cannot fail

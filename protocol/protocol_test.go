@@ -63,10 +63,10 @@ func TestJobRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !got.DeadlineAt.Equal(j.DeadlineAt) || got.AttemptUID != "c1" || got.AttemptNo != 2 {
+	if !got.DeadlineAt.Equal(j.DeadlineAt.Truncate(time.Microsecond)) || got.AttemptUID != "c1" || got.AttemptNo != 2 {
 		t.Errorf("round trip = %+v", got)
 	}
-	if !strings.Contains(string(j.Encode()), `"deadline_at":"2024-01-02T02:04:05.0000006Z"`) {
+	if !strings.Contains(string(j.Encode()), `"deadline_at":"2024-01-02T02:04:05Z"`) {
 		t.Errorf("deadline not RFC 3339 UTC: %s", j.Encode())
 	}
 	if _, err := DecodeJob([]byte(`{"big_table_uid":"b","refresh_attempt_uid":"c"}`)); err == nil {

@@ -10,6 +10,7 @@
 //	<output>:processing:<poller>   results a poller drained and has not yet acknowledged
 //	<output>:pollers               live pollers (sorted set: poller id -> lease expiry, Unix ms)
 //	<dead>                         dead letters (list of protocol.DeadLetter JSON)
+//	<input>:cancelled:<attempt>    set while a superseded attempt's worker should stop (string "1", expires)
 //
 // In Redis Cluster the keys of one script must share a hash slot: give the
 // queue names a common hash tag, e.g. "{bt}-input", "{bt}-output",
@@ -54,6 +55,11 @@ func (n Names) Validate() error {
 
 func (n Names) processing(poller string) string { return n.Output + ":processing:" + poller }
 func (n Names) pollers() string                 { return n.Output + ":pollers" }
+
+// CancelKey is the key that, while it exists, tells the worker running
+// attemptUID to stop: the attempt was superseded (a person updated the
+// record, or it timed out).
+func (n Names) CancelKey(attemptUID string) string { return n.Input + ":cancelled:" + attemptUID }
 
 // Queue runs the protocol's Redis commands.
 type Queue struct {
@@ -319,6 +325,35 @@ func (q *Queue) PushResult(ctx context.Context, result []byte) error {
 		return fmt.Errorf("push result onto %s: %w", q.names.Output, err)
 	}
 	return nil
+}
+
+// Cancel marks attempts as superseded, so their workers can stop; each
+// marker expires a minute after the attempt's deadline (at least a minute
+// from now). attempts maps attempt uid to deadline.
+func (q *Queue) Cancel(ctx context.Context, attempts map[string]time.Time) error {
+	if len(attempts) == 0 {
+		return nil
+	}
+	_, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for uid, deadline := range attempts {
+			ttl := max(time.Until(deadline), 0) + time.Minute
+			p.Set(ctx, q.names.CancelKey(uid), "1", ttl.Round(time.Millisecond))
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("mark %d attempts cancelled: %w", len(attempts), err)
+	}
+	return nil
+}
+
+// Cancelled reports whether the attempt has been marked superseded.
+func (q *Queue) Cancelled(ctx context.Context, attemptUID string) (bool, error) {
+	n, err := q.rdb.Exists(ctx, q.names.CancelKey(attemptUID)).Result()
+	if err != nil {
+		return false, fmt.Errorf("check cancellation of %s: %w", attemptUID, err)
+	}
+	return n == 1, nil
 }
 
 // Lengths reports the length of the input, output and dead-letter lists.

@@ -87,8 +87,9 @@ func (s *Scheduler) Tick(ctx context.Context) (TickResult, error) {
 	var res TickResult
 	var jobs [][]byte
 	var starts []store.Started
+	var timedOut map[string]time.Time
 	err := s.store.InTx(ctx, func(tx *store.Tx) error {
-		res, jobs, starts = TickResult{}, nil, nil // InTx may be retried by callers
+		res, jobs, starts, timedOut = TickResult{}, nil, nil, map[string]time.Time{} // InTx may be retried by callers
 		rows, err := tx.ClaimDue(ctx, s.cfg.Batch)
 		if err != nil {
 			return err
@@ -110,6 +111,7 @@ func (s *Scheduler) Tick(ctx context.Context) (TickResult, error) {
 				var step refresh.Step
 				st, step, _ = rules.TimeOut(st, now, s.cfg.Draw())
 				res.TimedOut++
+				timedOut[old.AttemptUID] = old.DeadlineAt
 				if st.Disabled {
 					res.Disabled++
 				}
@@ -144,6 +146,11 @@ func (s *Scheduler) Tick(ctx context.Context) (TickResult, error) {
 	})
 	if err != nil {
 		return TickResult{}, fmt.Errorf("tick: %w", err)
+	}
+	// Tell the workers of timed-out attempts to stop (best effort: their
+	// results are stale anyway).
+	if err := s.queue.Cancel(ctx, timedOut); err != nil {
+		s.log.Warn("could not mark timed-out attempts cancelled", "err", err)
 	}
 	if err := s.queue.PushJobs(ctx, jobs); err != nil {
 		undoCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)

@@ -117,6 +117,9 @@ func TestTickTimesOutAndRetries(t *testing.T) {
 	if second.AttemptNo != 2 || second.AttemptUID == first.AttemptUID {
 		t.Errorf("after timeout: %+v", second.State)
 	}
+	if n, _ := e.rdb.Exists(ctx, e.q.Names().CancelKey(first.AttemptUID)).Result(); n != 1 {
+		t.Error("the timed-out attempt was not marked cancelled for its worker")
+	}
 	h, _ := e.st.History(ctx, "slow", 5)
 	if len(h) != 1 || h[0].Outcome != store.OutcomeTimeout || h[0].AttemptUID != first.AttemptUID || h[0].Decision != string(refresh.RetryNoPlan) {
 		t.Errorf("history %+v; want the first attempt timed out", h)

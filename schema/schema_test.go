@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/bigtables/bigtables/protocol"
 	"github.com/bigtables/bigtables/refresh"
 	"github.com/bigtables/bigtables/schema"
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -81,6 +83,45 @@ func TestPolicySchemaMatchesTheCode(t *testing.T) {
 		}
 		if _, err := refresh.ParsePolicy([]byte(doc), nil); err == nil {
 			t.Errorf("the code accepts %s", doc)
+		}
+	}
+}
+
+// Jobs the scheduler writes, and results the Go worker library writes,
+// validate against the published schemas; results the poller refuses are
+// refused by the schema too, and the other way round.
+func TestWireSchemasMatchTheCode(t *testing.T) {
+	job := compile(t, "job.schema.json", schema.Job)
+	res := compile(t, "result.schema.json", schema.Result)
+	j := protocol.Job{BigTableUID: "report-42", AttemptUID: refresh.NewAttemptUID(), InputURL: "https://example.com/a.csv",
+		AttemptNo: 3, DeadlineAt: time.Now().Add(time.Hour)}
+	if err := valid(t, job, string(j.Encode())); err != nil {
+		t.Errorf("job %s fails the schema: %v", j.Encode(), err)
+	}
+	no := false
+	good := []protocol.Result{
+		{BigTableUID: "b", AttemptUID: "c", Type: protocol.Success},
+		{BigTableUID: "b", AttemptUID: "c", Type: protocol.Failure, Message: "500", Retryable: &no, UserFriendlyReason: "Provided URL is invalid: x"},
+		{BigTableUID: "b", AttemptUID: "c", Type: protocol.Status, Message: "50%"},
+	}
+	for _, r := range good {
+		if err := valid(t, res, string(r.Encode())); err != nil {
+			t.Errorf("result %s fails the schema: %v", r.Encode(), err)
+		}
+	}
+	for _, doc := range []string{
+		`{"big_table_uid":"b","refresh_attempt_uid":"c","type":"success","extra":1}`,
+		`{"big_table_uid":1,"refresh_attempt_uid":"c","type":"success"}`,
+		`{"big_table_uid":"b","type":"success"}`,
+		`{"big_table_uid":"b","refresh_attempt_uid":"c","type":"done"}`,
+		`{"big_table_uid":"b","refresh_attempt_uid":"c","type":"success","retryable":false}`,
+		`{"big_table_uid":"","refresh_attempt_uid":"c","type":"success"}`,
+		`{"big_table_uid":"b","refresh_attempt_uid":"c","type":"failure","retryable":"no"}`,
+	} {
+		_, decodeErr := protocol.DecodeResult([]byte(doc), 0)
+		schemaErr := valid(t, res, doc)
+		if (decodeErr == nil) != (schemaErr == nil) {
+			t.Errorf("%s: the poller says %v, the schema says %v", doc, decodeErr, schemaErr)
 		}
 	}
 }

@@ -62,9 +62,18 @@ type Options struct {
 	// PopTimeout is how long one blocking pop waits (whole seconds); shutdown
 	// is noticed between pops. Default 1s.
 	PopTimeout time.Duration
+	// CancelPoll is how often a running job checks whether its attempt was
+	// superseded (see queue.Names.CancelKey); its context is then cancelled
+	// with cause ErrSuperseded. Default 1s; negative disables the check.
+	CancelPoll time.Duration
 	// Logger default slog.Default().
 	Logger *slog.Logger
 }
+
+// ErrSuperseded is the cause of a handler's context cancellation when the
+// attempt was superseded: a person updated the record, or it timed out. Its
+// result would be ignored, so none is pushed.
+var ErrSuperseded = errors.New("attempt superseded")
 
 type reporterKey struct{}
 
@@ -94,13 +103,8 @@ func Run(ctx context.Context, opts Options, h Handler) error {
 	if opts.Concurrency <= 0 {
 		opts.Concurrency = 1
 	}
-	if opts.PopTimeout <= 0 {
-		opts.PopTimeout = time.Second
-	}
+	opts = opts.withDefaults()
 	log := opts.Logger
-	if log == nil {
-		log = slog.Default()
-	}
 	log.Info("worker running", "concurrency", opts.Concurrency, "queue", opts.Queue.Names().Input)
 	var wg sync.WaitGroup
 	for range opts.Concurrency {
@@ -109,6 +113,19 @@ func Run(ctx context.Context, opts Options, h Handler) error {
 	wg.Wait()
 	log.Info("worker stopped")
 	return nil
+}
+
+func (o Options) withDefaults() Options {
+	if o.PopTimeout <= 0 {
+		o.PopTimeout = time.Second
+	}
+	if o.CancelPoll == 0 {
+		o.CancelPoll = time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o
 }
 
 func loop(ctx context.Context, opts Options, h Handler, log *slog.Logger) {
@@ -131,21 +148,32 @@ func loop(ctx context.Context, opts Options, h Handler, log *slog.Logger) {
 			log.Error("job skipped: cannot decode it", "err", err, "job", protocol.Clip(string(raw), 200))
 			continue
 		}
-		Handle(work, opts.Queue, job, h, log)
+		Handle(work, opts, job, h)
 	}
 }
 
 // Handle runs h on one job and pushes its result. It is what Run does for
 // each job; call it directly to drive jobs from elsewhere.
-func Handle(ctx context.Context, q *queue.Queue, job protocol.Job, h Handler, log *slog.Logger) {
+func Handle(ctx context.Context, opts Options, job protocol.Job, h Handler) {
+	opts = opts.withDefaults()
+	q, log := opts.Queue, opts.Logger
 	if !time.Now().Before(job.DeadlineAt) {
 		log.Warn("job skipped: its deadline has passed", "uid", job.BigTableUID, "attempt_uid", job.AttemptUID)
 		return
 	}
-	hctx, cancel := context.WithDeadline(ctx, job.DeadlineAt)
+	dctx, cancelDeadline := context.WithDeadline(ctx, job.DeadlineAt)
+	hctx, cancel := context.WithCancelCause(dctx)
 	hctx = context.WithValue(hctx, reporterKey{}, &reporter{q: q, job: job})
+	stopWatch := watchCancel(hctx, opts, job.AttemptUID, cancel)
 	err := safeCall(hctx, h, job)
-	cancel()
+	stopWatch()
+	superseded := errors.Is(context.Cause(hctx), ErrSuperseded)
+	cancel(nil)
+	cancelDeadline()
+	if superseded {
+		log.Info("job stopped: its attempt was superseded", "uid", job.BigTableUID, "attempt_uid", job.AttemptUID)
+		return
+	}
 	res := protocol.Result{BigTableUID: job.BigTableUID, AttemptUID: job.AttemptUID, Type: protocol.Success}
 	if err != nil {
 		res.Type, res.Message = protocol.Failure, protocol.Clip(err.Error(), protocol.MaxTextLen)
@@ -157,8 +185,8 @@ func Handle(ctx context.Context, q *queue.Queue, job protocol.Job, h Handler, lo
 	}
 	log.Debug("job done", "uid", job.BigTableUID, "attempt_no", job.AttemptNo, "type", res.Type, "message", res.Message)
 	// Push until it lands or the attempt is over (a later result is stale).
-	pushCtx, cancel := context.WithDeadline(ctx, job.DeadlineAt.Add(5*time.Second))
-	defer cancel()
+	pushCtx, cancelPush := context.WithDeadline(ctx, job.DeadlineAt.Add(5*time.Second))
+	defer cancelPush()
 	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
 		err := q.PushResult(pushCtx, res.Encode())
 		if err == nil {
@@ -172,6 +200,34 @@ func Handle(ctx context.Context, q *queue.Queue, job protocol.Job, h Handler, lo
 		log.Warn("push result failed; retrying", "err", err, "retry_in", wait)
 		sleep(pushCtx, wait)
 	}
+}
+
+// watchCancel polls the attempt's cancellation marker until stopped, and
+// cancels the handler's context with ErrSuperseded when it appears.
+func watchCancel(ctx context.Context, opts Options, attemptUID string, cancel context.CancelCauseFunc) (stop func()) {
+	if opts.CancelPoll < 0 {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(opts.CancelPoll)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if gone, err := opts.Queue.Cancelled(ctx, attemptUID); err == nil && gone {
+					cancel(ErrSuperseded)
+					return
+				}
+			}
+		}
+	})
+	return func() { close(done); wg.Wait() }
 }
 
 // safeCall turns a handler panic into a failure.

@@ -178,3 +178,44 @@ func TestRunHandlesJobsAndStopsGracefully(t *testing.T) {
 		t.Errorf("attempt uid not echoed: %+v", got["ok"])
 	}
 }
+
+// A running job whose attempt is superseded has its context cancelled with
+// ErrSuperseded, and pushes no result.
+func TestSupersededJobIsCancelled(t *testing.T) {
+	_, rdb, names := testsvc.Redis(t)
+	q := queue.New(rdb, names)
+	ctx := context.Background()
+	j := job("http://example.com/", time.Minute)
+	q.PushJobs(ctx, [][]byte{j.Encode()})
+	cause := make(chan error, 1)
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error)
+	go func() {
+		done <- worker.Run(runCtx, worker.Options{Queue: q, CancelPoll: 50 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)},
+			func(ctx context.Context, j protocol.Job) error {
+				<-ctx.Done()
+				cause <- context.Cause(ctx)
+				return ctx.Err()
+			})
+	}()
+	time.Sleep(300 * time.Millisecond)
+	if err := q.Cancel(ctx, map[string]time.Time{j.AttemptUID: j.DeadlineAt}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case c := <-cause:
+		if !errors.Is(c, worker.ErrSuperseded) {
+			t.Errorf("cause = %v; want ErrSuperseded", c)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the handler was not cancelled")
+	}
+	stop()
+	<-done
+	if n, _ := rdb.LLen(ctx, names.Output).Result(); n != 0 {
+		t.Errorf("a superseded job pushed %d results", n)
+	}
+	if ttl, _ := rdb.TTL(ctx, names.CancelKey(j.AttemptUID)).Result(); ttl < time.Minute || ttl > 2*time.Minute {
+		t.Errorf("cancel marker TTL %v; want about the deadline + 1 minute", ttl)
+	}
+}

@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""A bigtables worker in Python: pop a job, GET its input_url before its
+deadline, push one result. Needs the redis client (Debian: python3-redis).
+
+Environment: REDIS_URL, BIGTABLES_INPUT_QUEUE, BIGTABLES_OUTPUT_QUEUE.
+SIGTERM or SIGINT: finish the job in hand, then exit 0.
+"""
+import json
+import os
+import signal
+import urllib.error
+import urllib.request
+from datetime import datetime, timezone
+
+import redis
+
+r = redis.Redis.from_url(os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
+INPUT = os.environ.get("BIGTABLES_INPUT_QUEUE", "bigtables-input")
+OUTPUT = os.environ.get("BIGTABLES_OUTPUT_QUEUE", "bigtables-output")
+
+stopping = False
+
+
+def stop(signum, frame):
+    global stopping
+    stopping = True
+
+
+signal.signal(signal.SIGTERM, stop)
+signal.signal(signal.SIGINT, stop)
+
+
+def refresh(job):
+    """Returns the result for one job, or None if its deadline has passed."""
+    result = {"big_table_uid": job["big_table_uid"], "refresh_attempt_uid": job["refresh_attempt_uid"]}
+    deadline = datetime.fromisoformat(job["deadline_at"].replace("Z", "+00:00"))
+    remaining = (deadline - datetime.now(timezone.utc)).total_seconds()
+    if remaining <= 0:
+        return None  # too late: the attempt times out, a result would be ignored
+    url = job["input_url"]
+    try:
+        with urllib.request.urlopen(url, timeout=remaining) as resp:
+            resp.read()
+        result["type"] = "success"
+    except urllib.error.HTTPError as e:
+        result["type"] = "failure"
+        result["message"] = f"GET {url}: {e.code} {e.reason}"
+        if e.code in (404, 410):  # retrying cannot help: disable the record now
+            result["retryable"] = False
+            result["user_friendly_reason"] = f"Provided URL is invalid: {url}"
+    except Exception as e:  # network errors, timeouts: retried by the policy
+        result["type"] = "failure"
+        result["message"] = f"GET {url}: {e}"
+    return result
+
+
+def main():
+    while not stopping:
+        popped = r.blpop([INPUT], timeout=1)  # short: notice SIGTERM between pops
+        if popped is None:
+            continue
+        job = json.loads(popped[1])
+        result = refresh(job)
+        if result is not None:
+            r.rpush(OUTPUT, json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

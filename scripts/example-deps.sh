@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Install what the example workers need, only where it is missing:
+# Debian's python3-redis (into /usr/bin/python3), jq, redis-cli and curl, and
+# the Node example's npm packages.
+set -eu
+here=$(cd "$(dirname "$0")/.." && pwd)
+say() { printf 'example-deps: %s\n' "$*" >&2; }
+sudo_() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+missing=()
+/usr/bin/python3 -c 'import redis' 2>/dev/null || missing+=(python3-redis)
+command -v jq >/dev/null || missing+=(jq)
+command -v redis-cli >/dev/null || missing+=(redis-tools)
+command -v curl >/dev/null || missing+=(curl)
+command -v node >/dev/null || missing+=(nodejs npm)
+if [ ${#missing[@]} -gt 0 ]; then
+  say "installing Debian packages: ${missing[*]}"
+  sudo_ env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  sudo_ env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+if [ ! -d "$here/examples/node/node_modules/redis" ]; then
+  say "installing the Node example's packages"
+  (cd "$here/examples/node" && npm ci --no-audit --no-fund --loglevel=error)
+fi
