@@ -156,3 +156,22 @@ func TestCommandsRefuseAnOutdatedSchema(t *testing.T) {
 		t.Errorf("list after migrate: %d %q", code, stderr)
 	}
 }
+
+func TestDefaultPolicyFromConfiguration(t *testing.T) {
+	r := newRunner(t)
+	r.env["BIGTABLES_DEFAULT_POLICY"] = `{"timeout":"5m","strategy":{"kind":"fibonacci","unit":"1m","max_attempts":4}}`
+	out, stderr, code := r.run("add", "--uid", "d1", "--input-url", "https://example.com/a")
+	if code != 0 {
+		t.Fatal(stderr)
+	}
+	var m map[string]any
+	json.Unmarshal([]byte(out), &m)
+	pol := m["policy"].(map[string]any)
+	if pol["timeout"] != "5m" || pol["strategy"] == nil || pol["on_exhausted"] != "disable" {
+		t.Errorf("policy from BIGTABLES_DEFAULT_POLICY: %v", pol)
+	}
+	r.env["BIGTABLES_DEFAULT_POLICY"] = `{"timeout":"forever"}`
+	if _, stderr, code := r.run("add", "--uid", "d2", "--input-url", "https://example.com/a"); code != 2 || !strings.Contains(stderr, "BIGTABLES_DEFAULT_POLICY") {
+		t.Errorf("bad default policy: %d %q", code, stderr)
+	}
+}

@@ -161,3 +161,24 @@ func TestValidateRecord(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// FuzzParsePolicy checks that any input is refused with ErrInvalidPolicy or
+// yields a valid policy whose stored JSON parses back to the same policy.
+func FuzzParsePolicy(f *testing.F) {
+	f.Fuzz(func(t *testing.T, b []byte) {
+		p, err := ParsePolicy(b, nil)
+		if err != nil {
+			if !errors.Is(err, ErrInvalidPolicy) {
+				t.Fatalf("error %v does not wrap ErrInvalidPolicy", err)
+			}
+			return
+		}
+		if err := p.Validate(); err != nil {
+			t.Fatalf("accepted an invalid policy: %v", err)
+		}
+		back, err := ParsePolicy(p.JSON(), nil)
+		if err != nil || string(back.JSON()) != string(p.JSON()) {
+			t.Fatalf("stored JSON %s does not parse back: %v", p.JSON(), err)
+		}
+	})
+}
