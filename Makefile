@@ -5,7 +5,7 @@ GO ?= go
 BIN := bin/bigtables
 FUZZTIME ?= 10s
 
-.PHONY: help example-deps build test check unit bench-smoke bench bench-short fuzz services run migrate docker-up docker-down clean
+.PHONY: help chaos chaos-short example-deps build test check unit bench-smoke bench bench-short fuzz services run migrate docker-up docker-down clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -32,6 +32,12 @@ bench: build services ## the full bench: 100,000 records, 1,000,000-row scale an
 
 bench-short: build services ## the bench on small sizes, as CI runs it
 	$(BIN) bench --records 3000 --scale-rows 30000 --backlog 20000 $(BENCHFLAGS)
+
+chaos: build services ## the long fault run: 3,000 records, 2 minutes of kills, a Redis restart and misbehaving workers
+	$(BIN) chaos --records 3000 --faults 120s $(CHAOSFLAGS)
+
+chaos-short: build services ## the fault run's short form, as CI runs it
+	$(BIN) chaos --records 300 --faults 20s $(CHAOSFLAGS)
 
 fuzz: ## fuzz the decoders and parsers, FUZZTIME each (default 10s)
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeResult$$' -fuzztime $(FUZZTIME) ./protocol

@@ -42,11 +42,15 @@ func runPoller(ctx context.Context, e env, args []string) error {
 	fs.IntVar(&pc.Batch, "batch", 100, "most results applied per transaction")
 	fs.IntVar(&pc.MaxResultBytes, "max-result-bytes", protocol.DefaultMaxResultBytes, "larger results are dead-lettered")
 	fs.StringVar(&pc.ID, "id", "", "poller id naming its processing list (default: host-pid-random)")
+	fs.DurationVar(&pc.Lease, "lease", 15*time.Second, "a poller silent this long has its unacknowledged results recovered by the others")
 	if _, err := parse(fs, args, 0); err != nil {
 		return err
 	}
 	if pc.Batch < 1 || pc.Batch > queue.MaxBatch {
 		return usagef("--batch %d: expected 1 to %d", pc.Batch, queue.MaxBatch)
+	}
+	if pc.Lease < time.Second {
+		return usagef("--lease %v: expected at least 1s", pc.Lease)
 	}
 	if pc.MaxResultBytes < 1024 {
 		return usagef("--max-result-bytes %d: expected at least 1024", pc.MaxResultBytes)

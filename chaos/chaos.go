@@ -1,0 +1,370 @@
+// Package chaos is the fault run: against a private Redis and its own
+// PostgreSQL database it creates records with second-scale policies, runs
+// several schedulers and pollers as real processes and a misbehaving worker
+// fleet, kills and restarts the processes at random moments, restarts Redis
+// empty once, then stops the faults, lets the system settle, and checks the
+// invariants straight from the database and Redis.
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/bigtables/bigtables/queue"
+	"github.com/bigtables/bigtables/refresh"
+	"github.com/bigtables/bigtables/store"
+	"github.com/jmoiron/sqlx"
+	"github.com/redis/go-redis/v9"
+)
+
+// Config sizes a run. Zero values take the defaults.
+type Config struct {
+	AdminURL    string        // PostgreSQL URL allowed to create databases
+	RedisServer string        // redis-server executable (default: found on PATH)
+	Binary      string        // bigtables executable (default: this one)
+	Records     int           // default 2000
+	Faults      time.Duration // how long faults are injected (default 60s)
+	Schedulers  int           // default 2
+	Pollers     int           // default 2
+	Workers     int           // worker goroutines (default 16)
+	Seed        uint64        // random seed (default: the time)
+	Progress    io.Writer
+}
+
+func (c *Config) defaults() {
+	if c.Records <= 0 {
+		c.Records = 2000
+	}
+	if c.Faults <= 0 {
+		c.Faults = 60 * time.Second
+	}
+	if c.Schedulers <= 0 {
+		c.Schedulers = 2
+	}
+	if c.Pollers <= 0 {
+		c.Pollers = 2
+	}
+	if c.Workers <= 0 {
+		c.Workers = 16
+	}
+	if c.Seed == 0 {
+		c.Seed = uint64(time.Now().UnixNano())
+	}
+	if c.Progress == nil {
+		c.Progress = io.Discard
+	}
+}
+
+// Report is what a run did and found.
+type Report struct {
+	Seed       uint64         `json:"seed"`
+	Records    int            `json:"records"`
+	Attempts   int            `json:"attempts"`
+	Faults     map[string]int `json:"faults"`
+	Pushed     map[string]int `json:"results_pushed"`
+	Invariants []Invariant    `json:"invariants"`
+}
+
+// Invariant is one checked property and its violations.
+type Invariant struct {
+	Name       string   `json:"name"`
+	Checked    int      `json:"checked"`
+	Violations []string `json:"violations,omitempty"`
+}
+
+// Violations counts violations across invariants.
+func (r Report) Violations() int {
+	n := 0
+	for _, inv := range r.Invariants {
+		n += len(inv.Violations)
+	}
+	return n
+}
+
+type run struct {
+	cfg      Config
+	rng      *rand.Rand
+	rngMu    sync.Mutex
+	dbURL    string
+	db       *sqlx.DB
+	st       *store.Store
+	redisURL string
+	port     int
+	redis    *exec.Cmd
+	rdb      redis.UniversalClient
+	names    queue.Names
+
+	mu         sync.Mutex
+	faults     map[string]int
+	pushed     []push
+	redisDown  [2]time.Time // when Redis was killed and when it answered again
+	behave     bool         // faults stopped: workers answer success at once
+	deadlines  map[string]time.Time
+	procs      []*proc
+	procsMu    sync.Mutex
+	stopKiller chan struct{}
+}
+
+// push is one value a worker pushed.
+type push struct {
+	attempt, uid, kind string // kind: success, failure, not_retryable, garbage
+	raw                string
+	at                 time.Time
+	deadline           time.Time
+}
+
+func (r *run) float() float64 {
+	r.rngMu.Lock()
+	defer r.rngMu.Unlock()
+	return r.rng.Float64()
+}
+
+func (r *run) fault(kind string) {
+	r.mu.Lock()
+	r.faults[kind]++
+	r.mu.Unlock()
+}
+
+func (r *run) say(format string, args ...any) {
+	fmt.Fprintf(r.cfg.Progress, "chaos: "+format+"\n", args...)
+}
+
+// Run performs the fault run.
+func Run(ctx context.Context, cfg Config) (Report, error) {
+	cfg.defaults()
+	r := &run{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed>>1|1)), faults: map[string]int{}, deadlines: map[string]time.Time{}}
+	cleanup, err := r.setup(ctx)
+	defer cleanup()
+	if err != nil {
+		return Report{}, err
+	}
+	r.say("seed %d: %d records, %d schedulers, %d pollers, %d workers, faults for %v", cfg.Seed, cfg.Records, cfg.Schedulers, cfg.Pollers, cfg.Workers, cfg.Faults)
+	if err := r.addRecords(ctx); err != nil {
+		return Report{}, err
+	}
+	for i := range cfg.Schedulers {
+		r.startProc(ctx, fmt.Sprintf("scheduler-%d", i+1), "scheduler", "--interval", "200ms", "--batch", "200")
+	}
+	for i := range cfg.Pollers {
+		r.startProc(ctx, fmt.Sprintf("poller-%d", i+1), "poller", "--lease", "2s", "--batch", "50")
+	}
+	fleetCtx, stopFleet := context.WithCancel(ctx)
+	var fleet sync.WaitGroup
+	for range cfg.Workers {
+		fleet.Go(func() { r.worker(fleetCtx) })
+	}
+
+	// Faults: kill and restart processes; restart Redis once, half way.
+	r.stopKiller = make(chan struct{})
+	killerDone := make(chan struct{})
+	go func() { defer close(killerDone); r.killer(ctx) }()
+	half := time.After(cfg.Faults / 2)
+	end := time.After(cfg.Faults)
+	tick := time.NewTicker(5 * time.Second)
+faults:
+	for {
+		select {
+		case <-ctx.Done():
+			break faults
+		case <-half:
+			if err := r.restartRedis(ctx); err != nil {
+				close(r.stopKiller)
+				stopFleet()
+				return Report{}, err
+			}
+		case <-tick.C:
+			r.progress(ctx, "faults")
+		case <-end:
+			break faults
+		}
+	}
+	tick.Stop()
+	close(r.stopKiller)
+	<-killerDone
+	r.mu.Lock()
+	r.behave = true
+	r.mu.Unlock()
+	faultsEnded := time.Now()
+	r.say("faults stopped; letting it settle")
+
+	// Settle: every process up, every worker well-behaved, until nothing runs
+	// past its deadline and the output list is drained; then stop the
+	// schedulers, let the last jobs finish, and stop the pollers.
+	r.ensureAll(ctx)
+	if err := r.settle(ctx, faultsEnded); err != nil {
+		stopFleet()
+		return Report{}, err
+	}
+	r.stopAll("scheduler")
+	time.Sleep(3 * time.Second) // the last jobs are answered...
+	if err := r.drained(ctx, 30*time.Second); err != nil {
+		stopFleet()
+		return Report{}, err
+	}
+	stopFleet()
+	fleet.Wait()
+	r.stopAll("poller")
+	return r.check(ctx)
+}
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+func (r *run) setup(ctx context.Context) (func(), error) {
+	var cleanups []func()
+	cleanup := func() {
+		for i := len(cleanups) - 1; i >= 0; i-- {
+			cleanups[i]()
+		}
+	}
+	if r.cfg.Binary == "" {
+		b, err := os.Executable()
+		if err != nil {
+			return cleanup, fmt.Errorf("find the bigtables binary: %w", err)
+		}
+		r.cfg.Binary = b
+	}
+	if r.cfg.RedisServer == "" {
+		p, err := exec.LookPath("redis-server")
+		if err != nil {
+			return cleanup, errors.New("redis-server is not on PATH: the fault run restarts a private Redis (scripts/services.sh installs it)")
+		}
+		r.cfg.RedisServer = p
+	}
+	port, err := freePort()
+	if err != nil {
+		return cleanup, err
+	}
+	r.port = port
+	r.redisURL = fmt.Sprintf("redis://127.0.0.1:%d/0", port)
+	if err := r.startRedis(ctx); err != nil {
+		return cleanup, err
+	}
+	cleanups = append(cleanups, func() {
+		if r.redis != nil && r.redis.Process != nil {
+			r.redis.Process.Kill()
+			r.redis.Wait()
+		}
+	})
+	r.rdb = redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", port), DialTimeout: time.Second, ReadTimeout: 3 * time.Second})
+	cleanups = append(cleanups, func() { r.rdb.Close() })
+	r.names = queue.DefaultNames()
+
+	admin, err := sqlx.Open("postgres", r.cfg.AdminURL)
+	if err != nil {
+		return cleanup, err
+	}
+	name := fmt.Sprintf("bigtables_chaos_%d", time.Now().UnixNano())
+	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
+		admin.Close()
+		return cleanup, fmt.Errorf("create chaos database: %w", err)
+	}
+	cleanups = append(cleanups, func() {
+		r.killAll()
+		c, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		admin.ExecContext(c, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+		admin.Close()
+	})
+	u, _ := url.Parse(r.cfg.AdminURL)
+	u.Path = "/" + name
+	r.dbURL = u.String()
+	if r.st, err = store.Open(ctx, r.dbURL); err != nil {
+		return cleanup, err
+	}
+	cleanups = append(cleanups, func() { r.st.Close() })
+	if _, err := r.st.Migrate(ctx); err != nil {
+		return cleanup, err
+	}
+	if r.db, err = sqlx.Open("postgres", r.dbURL); err != nil {
+		return cleanup, err
+	}
+	cleanups = append(cleanups, func() { r.db.Close() })
+	return cleanup, nil
+}
+
+func (r *run) startRedis(ctx context.Context) error {
+	dir, err := os.MkdirTemp("", "bigtables-chaos-redis")
+	if err != nil {
+		return err
+	}
+	r.redis = exec.Command(r.cfg.RedisServer, "--port", strconv.Itoa(r.port), "--bind", "127.0.0.1", "--save", "",
+		"--appendonly", "no", "--dir", dir, "--logfile", "")
+	if err := r.redis.Start(); err != nil {
+		return fmt.Errorf("start redis-server: %w", err)
+	}
+	for range 100 {
+		c := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", r.port)})
+		err := c.Ping(ctx).Err()
+		c.Close()
+		if err == nil {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return errors.New("private redis-server did not answer")
+}
+
+// restartRedis kills Redis and starts it again, empty.
+func (r *run) restartRedis(ctx context.Context) error {
+	r.say("killing Redis; it comes back empty in 2s")
+	r.mu.Lock()
+	r.redisDown[0] = time.Now()
+	r.mu.Unlock()
+	r.redis.Process.Kill()
+	r.redis.Wait()
+	r.fault("redis restarted empty")
+	time.Sleep(2 * time.Second)
+	if err := r.startRedis(ctx); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.redisDown[1] = time.Now()
+	r.mu.Unlock()
+	return nil
+}
+
+// addRecords creates the records: a quarter recurring every 4 to 9 seconds,
+// the rest one-off; list, exponential and wait_next policies.
+func (r *run) addRecords(ctx context.Context) error {
+	for i := range r.cfg.Records {
+		p := refresh.DefaultPolicy()
+		p.Timeout = refresh.Duration(10 * time.Second)
+		switch i % 3 {
+		case 0:
+			p.SetStrategy(refresh.ListStrategy(0, refresh.Duration(time.Second), refresh.Duration(2*time.Second)))
+		case 1:
+			st, _ := refresh.ParseStrategy("exponential initial=500ms max=2s max_attempts=4")
+			p.SetStrategy(st)
+		case 2:
+			p.SetStrategy(refresh.ListStrategy(refresh.Duration(time.Second), refresh.Duration(time.Second)))
+			p.OnExhausted = refresh.WaitNext
+		}
+		sched := ""
+		if i%4 == 0 || p.OnExhausted == refresh.WaitNext {
+			sched = fmt.Sprintf("DTSTART:20240101T000000Z\nRRULE:FREQ=SECONDLY;INTERVAL=%d", 4+i%6)
+		}
+		def := store.Definition{InputURL: fmt.Sprintf("http://chaos.invalid/%d", i), Schedule: sched, Policy: p.JSON()}
+		at := time.Now().Add(time.Duration(r.float()*5000) * time.Millisecond)
+		if _, err := r.st.Add(ctx, fmt.Sprintf("c%05d", i), def, &at); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,82 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/bigtables/bigtables/chaos"
+)
+
+func init() {
+	commands["chaos"] = command{"the fault run: kill processes, restart Redis, misbehave, then check invariants", runChaos}
+}
+
+func runChaos(ctx context.Context, e env, args []string) error {
+	var cfg Config
+	var cc chaos.Config
+	var asJSON bool
+	fs := flagSet(e, "chaos", "chaos [--records N] [--faults D] [--seed N] [--json]", &cfg)
+	fs.IntVar(&cc.Records, "records", 2000, "records with second-scale policies")
+	fs.DurationVar(&cc.Faults, "faults", 60*time.Second, "how long faults are injected before the system settles")
+	fs.IntVar(&cc.Schedulers, "schedulers", 2, "scheduler processes")
+	fs.IntVar(&cc.Pollers, "pollers", 2, "poller processes")
+	fs.IntVar(&cc.Workers, "workers", 16, "misbehaving worker goroutines")
+	fs.Uint64Var(&cc.Seed, "seed", 0, "random seed (default: the time; the report prints it)")
+	fs.BoolVar(&asJSON, "json", false, "print the report as JSON")
+	if _, err := parse(fs, args, 0); err != nil {
+		return err
+	}
+	if cc.Records < 10 || cc.Faults < 5*time.Second || cc.Schedulers < 1 || cc.Pollers < 1 || cc.Workers < 1 {
+		return usagef("--records at least 10, --faults at least 5s, at least one scheduler, poller and worker")
+	}
+	if _, err := cfg.logger(e); err != nil { // also quiets the Redis client's own log
+		return err
+	}
+	cc.AdminURL, cc.Progress = cfg.DatabaseURL, e.stderr
+	rep, err := chaos.Run(ctx, cc)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		if err := writeJSON(e, rep); err != nil {
+			return err
+		}
+	} else {
+		w := e.stdout
+		fmt.Fprintf(w, "fault run, seed %d: %d records, %d attempts\n\nfaults injected:\n", rep.Seed, rep.Records, rep.Attempts)
+		for _, k := range sortedKeys(rep.Faults) {
+			fmt.Fprintf(w, "  %6d  %s\n", rep.Faults[k], k)
+		}
+		fmt.Fprintln(w, "results pushed by the workers:")
+		for _, k := range sortedKeys(rep.Pushed) {
+			fmt.Fprintf(w, "  %6d  %s\n", rep.Pushed[k], k)
+		}
+		fmt.Fprintln(w, "invariants:")
+		for _, inv := range rep.Invariants {
+			verdict := "ok"
+			if len(inv.Violations) > 0 {
+				verdict = fmt.Sprintf("%d VIOLATIONS", len(inv.Violations))
+			}
+			fmt.Fprintf(w, "  %-4s %s (%d checked)\n", verdict, inv.Name, inv.Checked)
+			for _, v := range inv.Violations {
+				fmt.Fprintf(w, "         - %s\n", v)
+			}
+		}
+		fmt.Fprintf(w, "violations: %d\n", rep.Violations())
+	}
+	if rep.Violations() > 0 {
+		return fmt.Errorf("%d invariant violations (rerun with --seed %d)", rep.Violations(), rep.Seed)
+	}
+	return nil
+}
+
+func sortedKeys(m map[string]int) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
