@@ -14,8 +14,10 @@ import (
 
 // applyMargin is how long before its deadline a result must have been pushed
 // to be certain to apply despite poller kills: a killed poller's batch is
-// recovered after its 2s lease, and a restart takes up to 1s.
-const applyMargin = 5 * time.Second
+// recovered after its 2s lease, a restart takes up to 1s, and both pollers
+// may be killed in a row. Workers answer within milliseconds of the 10s
+// timeout's start, so nearly every result is checked.
+const applyMargin = 8 * time.Second
 
 type attemptRow struct {
 	AttemptUID string    `db:"attempt_uid"`

@@ -3,8 +3,10 @@ package poller_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -347,5 +349,62 @@ func TestEveryStrategyFamilyEndToEnd(t *testing.T) {
 		if delay < tt.lo || delay > tt.hi || (delay-r.LastDelay).Abs() >= time.Millisecond {
 			t.Errorf("%s: retry %v after the failure (last_delay %v); want %v to %v", tt.uid, delay, r.LastDelay, tt.lo, tt.hi)
 		}
+	}
+}
+
+// A 100 MB value on the output list is dead-lettered inside Redis, whole,
+// with its reason, and never reaches the poller's memory.
+func TestHundredMegabyteResult(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipping the 100 MB value in -short mode")
+	}
+	e := setup(t)
+	att := start(t, e, refresh.DefaultPolicy(), "a")
+	huge := strings.Repeat("x", 100<<20)
+	push(t, e, huge, result("a", att["a"], protocol.Success, ""))
+	p := poller.New(e.st, e.q, poller.Config{Logger: quiet()})
+	drainAll(t, p)
+	if st := p.Stats(); st.Dead != 1 || st.Applied != 1 {
+		t.Errorf("stats %+v; want the huge value dead and the next result applied", st)
+	}
+	raw, err := e.rdb.LIndex(context.Background(), e.q.Names().Dead, 0).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d protocol.DeadLetter
+	if err := json.Unmarshal([]byte(raw), &d); err != nil || len(d.Raw) != 100<<20 || !strings.Contains(d.Reason, "104857600 bytes, over the limit of 65536") {
+		t.Errorf("dead letter: reason %q, %d bytes kept, %v", d.Reason, len(d.Raw), err)
+	}
+}
+
+// Two pollers draining the same results side by side apply each exactly once.
+func TestTwoPollersApplyEachResultOnce(t *testing.T) {
+	e := setup(t)
+	uids := make([]string, 200)
+	for i := range uids {
+		uids[i] = fmt.Sprintf("r%03d", i)
+	}
+	att := start(t, e, refresh.DefaultPolicy(), uids...)
+	for _, uid := range uids {
+		push(t, e, result(uid, att[uid], protocol.Success, ""), result(uid, att[uid], protocol.Success, "again"))
+	}
+	p1 := poller.New(e.st, e.q, poller.Config{Batch: 7, Logger: quiet()})
+	p2 := poller.New(e.st, e.q, poller.Config{Batch: 11, Logger: quiet()})
+	var wg sync.WaitGroup
+	for _, p := range []*poller.Poller{p1, p2} {
+		wg.Go(func() { drainAll(t, p) })
+	}
+	wg.Wait()
+	s1, s2 := p1.Stats(), p2.Stats()
+	if s1.Applied+s2.Applied != 200 || s1.Stale+s2.Stale != 200 {
+		t.Errorf("applied %d+%d, stale %d+%d; want 200 applied and 200 stale in all", s1.Applied, s2.Applied, s1.Stale, s2.Stale)
+	}
+	var n int
+	for _, uid := range uids {
+		h, _ := e.st.History(context.Background(), uid, 10)
+		n += len(h)
+	}
+	if n != 200 {
+		t.Errorf("%d attempts recorded; want 200", n)
 	}
 }
