@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
 	"os"
 	"os/exec"
 	"slices"
@@ -212,27 +211,17 @@ type skipped string
 func (s skipped) Error() string { return string(s) }
 
 func setup(ctx context.Context, cfg Config) (*env, func(), error) {
-	admin, err := sqlx.Open("postgres", cfg.AdminURL)
+	dbURL, drop, err := store.ScratchDatabase(ctx, cfg.AdminURL, "bigtables_bench")
 	if err != nil {
-		return nil, nil, fmt.Errorf("open admin database: %w", err)
+		return nil, nil, err
 	}
-	name := fmt.Sprintf("bigtables_bench_%d", time.Now().UnixNano())
-	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
-		admin.Close()
-		return nil, nil, fmt.Errorf("create bench database (the URL needs CREATEDB): %w", err)
-	}
-	u, _ := url.Parse(cfg.AdminURL)
-	u.Path = "/" + name
-	e := &env{cfg: cfg, dbURL: u.String(), log: slog.New(slog.DiscardHandler)}
+	e := &env{cfg: cfg, dbURL: dbURL, log: slog.New(slog.DiscardHandler)}
 	var cleanups []func()
 	cleanup := func() {
 		for i := len(cleanups) - 1; i >= 0; i-- {
 			cleanups[i]()
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		admin.ExecContext(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
-		admin.Close()
+		drop()
 	}
 	fail := func(err error) (*env, func(), error) { cleanup(); return nil, nil, err }
 	if e.st, err = store.Open(ctx, e.dbURL); err != nil {

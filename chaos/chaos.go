@@ -13,7 +13,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
-	"net/url"
 	"os"
 	"os/exec"
 	"strconv"
@@ -266,25 +265,12 @@ func (r *run) setup(ctx context.Context) (func(), error) {
 	cleanups = append(cleanups, func() { r.rdb.Close() })
 	r.names = queue.DefaultNames()
 
-	admin, err := sqlx.Open("postgres", r.cfg.AdminURL)
+	dbURL, drop, err := store.ScratchDatabase(ctx, r.cfg.AdminURL, "bigtables_chaos")
 	if err != nil {
 		return cleanup, err
 	}
-	name := fmt.Sprintf("bigtables_chaos_%d", time.Now().UnixNano())
-	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
-		admin.Close()
-		return cleanup, fmt.Errorf("create chaos database: %w", err)
-	}
-	cleanups = append(cleanups, func() {
-		r.killAll()
-		c, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		admin.ExecContext(c, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
-		admin.Close()
-	})
-	u, _ := url.Parse(r.cfg.AdminURL)
-	u.Path = "/" + name
-	r.dbURL = u.String()
+	cleanups = append(cleanups, func() { r.killAll(); drop() })
+	r.dbURL = dbURL
 	if r.st, err = store.Open(ctx, r.dbURL); err != nil {
 		return cleanup, err
 	}

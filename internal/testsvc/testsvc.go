@@ -60,29 +60,17 @@ func Database(t testing.TB) string {
 	db, err := sqlx.Open("postgres", admin)
 	if err == nil {
 		err = db.PingContext(ctx)
+		db.Close()
 	}
 	if err != nil {
 		unavailable(t, "PostgreSQL at "+redact(admin), err)
 	}
-	name := "bt_test_" + RandomID()
-	if _, err := db.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
-		db.Close()
+	dbURL, drop, err := store.ScratchDatabase(ctx, admin, "bt_test")
+	if err != nil {
 		t.Fatalf("create test database: %v", err)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if _, err := db.ExecContext(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
-			t.Errorf("drop test database %s: %v", name, err)
-		}
-		db.Close()
-	})
-	u, err := url.Parse(admin)
-	if err != nil {
-		t.Fatalf("parse TEST_DATABASE_URL: %v", err)
-	}
-	u.Path = "/" + name
-	return u.String()
+	t.Cleanup(drop)
+	return dbURL
 }
 
 // Redis returns the Redis URL, a client, and queue names private to the test;
