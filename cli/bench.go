@@ -32,6 +32,7 @@ func runBench(ctx context.Context, e env, args []string) error {
 	if bc.Records < 100 || bc.ScaleRows < 10_000 || bc.Backlog < 1000 || bc.Workers < 1 {
 		return usagef("--records must be at least 100, --scale-rows 10000, --backlog 1000, --workers 1")
 	}
+	tuneGC(e)
 	if _, err := cfg.logger(e); err != nil { // also quiets the Redis client's own log
 		return err
 	}

@@ -31,6 +31,7 @@ func runChaos(ctx context.Context, e env, args []string) error {
 	if cc.Records < 10 || cc.Faults < 5*time.Second || cc.Schedulers < 1 || cc.Pollers < 1 || cc.Workers < 1 {
 		return usagef("--records at least 10, --faults at least 5s, at least one scheduler, poller and worker")
 	}
+	tuneGC(e)
 	if _, err := cfg.logger(e); err != nil { // also quiets the Redis client's own log
 		return err
 	}

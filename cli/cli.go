@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime/debug"
 	"sort"
 	"strings"
 
@@ -199,6 +200,19 @@ type redisLogger struct{ log *slog.Logger }
 
 func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
 	l.log.DebugContext(ctx, "redis client", "detail", fmt.Sprintf(format, v...))
+}
+
+// gcPercent is the garbage collector's target for the long-running
+// commands when GOGC is not set: their heaps are small (tens of MiB), and
+// fewer collections leave more of the CPU to PostgreSQL on the same host
+// (bigtables bench: end to end +15% over Go's default of 100).
+const gcPercent = 400
+
+// tuneGC applies gcPercent unless the user chose GOGC.
+func tuneGC(e env) {
+	if e.getenv("GOGC") == "" {
+		debug.SetGCPercent(gcPercent)
+	}
 }
 
 // withStore runs fn with an open store, after checking the schema is

@@ -25,6 +25,7 @@ func runScheduler(ctx context.Context, e env, args []string) error {
 	if sc.Interval <= 0 || sc.Batch <= 0 || sc.Batch > 100_000 {
 		return usagef("--interval must be positive and --batch from 1 to 100000")
 	}
+	tuneGC(e)
 	log, err := cfg.logger(e)
 	if err != nil {
 		return err
@@ -55,6 +56,7 @@ func runPoller(ctx context.Context, e env, args []string) error {
 	if pc.MaxResultBytes < 1024 {
 		return usagef("--max-result-bytes %d: expected at least 1024", pc.MaxResultBytes)
 	}
+	tuneGC(e)
 	log, err := cfg.logger(e)
 	if err != nil {
 		return err
@@ -78,6 +80,7 @@ func runWorker(ctx context.Context, e env, args []string) error {
 	if concurrency < 1 || concurrency > 1000 {
 		return usagef("--concurrency %d: expected 1 to 1000", concurrency)
 	}
+	tuneGC(e)
 	log, err := cfg.logger(e)
 	if err != nil {
 		return err

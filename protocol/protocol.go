@@ -173,16 +173,17 @@ func strictObject(b []byte, v any) error {
 	if len(trimmed) == 0 || trimmed[0] != '{' {
 		return errors.New("not a JSON object")
 	}
-	dec := json.NewDecoder(bytes.NewReader(trimmed))
-	if err := dec.Decode(v); err != nil {
+	// json.Unmarshal, not a Decoder: no allocation per result for the
+	// decoder's buffer, and it refuses trailing data by itself.
+	if err := json.Unmarshal(trimmed, v); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
 			return fmt.Errorf("field %s is a JSON %s: expected %s", te.Field, te.Value, jsonKind(te.Type.String()))
 		}
+		if strings.Contains(err.Error(), "after top-level value") {
+			return errors.New("invalid JSON: data after the object")
+		}
 		return fmt.Errorf("invalid JSON: %s", strings.TrimPrefix(err.Error(), "json: "))
-	}
-	if dec.More() {
-		return errors.New("invalid JSON: data after the object")
 	}
 	return nil
 }

@@ -151,11 +151,14 @@ func (r dbRow) row() Row {
 	}
 }
 
-func scanRows(rows *sqlx.Rows) ([]Row, error) {
+// scanRows reads rows; capHint is how many are expected (batches are large,
+// and growing a slice of rows by appending dominated the poller's garbage).
+func scanRows(rows *sqlx.Rows, capHint int) ([]Row, error) {
 	defer rows.Close()
-	var out []Row
+	out := make([]Row, 0, capHint)
+	var r dbRow
 	for rows.Next() {
-		var r dbRow
+		r = dbRow{}
 		if err := rows.StructScan(&r); err != nil {
 			return nil, err
 		}
@@ -259,7 +262,7 @@ func (s *Store) List(ctx context.Context, opt ListOptions) ([]Row, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list records: %w", err)
 	}
-	out, err := scanRows(rows)
+	out, err := scanRows(rows, opt.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("list records: %w", err)
 	}
@@ -373,7 +376,7 @@ func (tx *Tx) ClaimDue(ctx context.Context, limit int) ([]Row, error) {
 	if err != nil {
 		return nil, fmt.Errorf("claim due rows: %w", err)
 	}
-	out, err := scanRows(rows)
+	out, err := scanRows(rows, limit)
 	if err != nil {
 		return nil, fmt.Errorf("claim due rows: %w", err)
 	}
@@ -391,7 +394,7 @@ func (tx *Tx) Lock(ctx context.Context, uids []string) (map[string]Row, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lock rows: %w", err)
 	}
-	list, err := scanRows(rows)
+	list, err := scanRows(rows, len(sorted))
 	if err != nil {
 		return nil, fmt.Errorf("lock rows: %w", err)
 	}
