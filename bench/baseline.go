@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -113,21 +112,14 @@ func (e *env) baseline(ctx context.Context) (float64, error) {
 		}
 	})
 	ws := e.workers(runCtx, e.cfg.Workers, nil)
-	var err error
-	for err == nil {
-		n := applied.Load()
-		el := time.Since(start).Seconds()
-		fmt.Fprintf(e.cfg.Progress, "\r\033[K  seed design: %d/%d cycles, %.0f/s", n, e.cfg.Records, float64(n)/max(el, 1e-9))
-		if n >= int64(e.cfg.Records) {
-			break
-		}
+	err := e.waitCycles(ctx, e.cfg.Records, "seed design", start, func(context.Context) (int, error) {
 		select {
-		case err = <-errc:
-		case <-ctx.Done():
-			err = ctx.Err()
-		case <-time.After(100 * time.Millisecond):
+		case err := <-errc:
+			return 0, err
+		default:
+			return int(applied.Load()), nil
 		}
-	}
+	})
 	elapsed := time.Since(start)
 	stop()
 	wg.Wait()

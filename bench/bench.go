@@ -29,7 +29,6 @@ import (
 	"github.com/bigtables/bigtables/scheduler"
 	"github.com/bigtables/bigtables/store"
 	"github.com/jmoiron/sqlx"
-	"github.com/lib/pq"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -315,10 +314,20 @@ func (e *env) workers(ctx context.Context, n int, onJob func(protocol.Job)) *syn
 // waitApplied polls the attempt history until want successes are recorded,
 // reporting progress.
 func (e *env) waitApplied(ctx context.Context, want int, label string, start time.Time) error {
+	return e.waitCycles(ctx, want, label, start, func(ctx context.Context) (int, error) {
+		var n int
+		err := e.db.GetContext(ctx, &n, "SELECT count(*) FROM bigtable_attempts WHERE outcome = 'success'")
+		return n, err
+	})
+}
+
+// waitCycles polls count until it reaches want, reporting progress, for at
+// most 30 minutes.
+func (e *env) waitCycles(ctx context.Context, want int, label string, start time.Time, count func(context.Context) (int, error)) error {
 	deadline := time.Now().Add(30 * time.Minute)
 	for {
-		var n int
-		if err := e.db.GetContext(ctx, &n, "SELECT count(*) FROM bigtable_attempts WHERE outcome = 'success'"); err != nil {
+		n, err := count(ctx)
+		if err != nil {
 			return err
 		}
 		el := time.Since(start).Seconds()
@@ -329,7 +338,11 @@ func (e *env) waitApplied(ctx context.Context, want int, label string, start tim
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%s: only %d of %d cycles after 30 minutes", label, n, want)
 		}
-		time.Sleep(100 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 }
 
@@ -664,5 +677,3 @@ func vmHWM(pid int) int64 {
 	}
 	return 0
 }
-
-var _ = pq.Array // the postgres driver is registered by package store

@@ -108,7 +108,6 @@ type run struct {
 	pushed     []push
 	redisDown  [2]time.Time // when Redis was killed and when it answered again
 	behave     bool         // faults stopped: workers answer success at once
-	deadlines  map[string]time.Time
 	procs      []*proc
 	procsMu    sync.Mutex
 	stopKiller chan struct{}
@@ -141,7 +140,7 @@ func (r *run) say(format string, args ...any) {
 // Run performs the fault run.
 func Run(ctx context.Context, cfg Config) (Report, error) {
 	cfg.defaults()
-	r := &run{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed>>1|1)), faults: map[string]int{}, deadlines: map[string]time.Time{}}
+	r := &run{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed>>1|1)), faults: map[string]int{}}
 	cleanup, err := r.setup(ctx)
 	defer cleanup()
 	if err != nil {

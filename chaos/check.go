@@ -9,6 +9,7 @@ import (
 
 	"github.com/bigtables/bigtables/protocol"
 	"github.com/bigtables/bigtables/refresh"
+	"github.com/bigtables/bigtables/schedule"
 	"github.com/bigtables/bigtables/store"
 )
 
@@ -132,7 +133,7 @@ func (r *run) check(ctx context.Context) (Report, error) {
 			states.Violations = append(states.Violations, row.UID+": "+err.Error())
 			continue
 		}
-		maxNo := maxAttempts(pol)
+		maxNo := pol.RetryStrategy().Attempts()
 		if row.AttemptNo > maxNo {
 			limits.Violations = append(limits.Violations, fmt.Sprintf("%s: attempt_no %d above the policy's %d", row.UID, row.AttemptNo, maxNo))
 		}
@@ -164,8 +165,8 @@ func (r *run) check(ctx context.Context) (Report, error) {
 				}
 			}
 		case row.Schedule != "":
-			sch, _ := refresh.NewRulesCache(1).Get(row.Schedule, row.Policy)
-			if row.RefreshAt.IsZero() || !sch.Schedule.Next(row.RefreshAt.Add(-time.Second)).Equal(row.RefreshAt) && row.AttemptNo == 0 {
+			sch, _ := schedule.Parse(row.Schedule, time.Time{})
+			if row.RefreshAt.IsZero() || !sch.Next(row.RefreshAt.Add(-time.Second)).Equal(row.RefreshAt) && row.AttemptNo == 0 {
 				states.Violations = append(states.Violations, fmt.Sprintf("%s: recurring but refresh_at %v is not on its schedule", row.UID, row.RefreshAt))
 			}
 		default:
@@ -181,16 +182,4 @@ func (r *run) check(ctx context.Context) (Report, error) {
 		}
 	}
 	return rep, nil
-}
-
-// maxAttempts is the number of the attempt whose failure exhausts the policy.
-func maxAttempts(p refresh.Policy) int {
-	st := p.RetryStrategy()
-	switch {
-	case st.Kind == refresh.KindList:
-		return len(st.Delays) + 1
-	case st.MaxRetry != nil:
-		return *st.MaxRetry + 1
-	}
-	return st.MaxAttempts
 }

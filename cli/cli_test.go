@@ -75,14 +75,14 @@ func TestBadInputIsRefusedAndNothingWritten(t *testing.T) {
 
 func TestAddShowUpdate(t *testing.T) {
 	r := newRunner(t)
-	out, stderr, code := r.run("add", "--uid", "r1", "--input-url", "https://example.com/a",
+	_, stderr, code := r.run("add", "--uid", "r1", "--input-url", "https://example.com/a",
 		"--schedule", `DTSTART;TZID=Europe/Paris:20240101T060000\nRRULE:FREQ=DAILY;BYHOUR=6,16`,
 		"--timeout", "PT10M", "--retries", "0, 1 minute, 5 minute", "--align=false", "--on-exhausted", "wait_next",
 		"--give-up-after", "1 week")
 	if code != 0 {
 		t.Fatalf("add: %d %s", code, stderr)
 	}
-	out, _, code = r.run("show", "r1")
+	out, _, code := r.run("show", "r1")
 	if code != 0 {
 		t.Fatalf("show: %d", code)
 	}

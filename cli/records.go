@@ -254,11 +254,11 @@ func runUpdate(ctx context.Context, e env, args []string) error {
 	if err != nil {
 		return err
 	}
-	var row, before store.Row
+	var row store.Row
+	var cancelled *store.Cancelled
 	err = cfg.withStore(ctx, func(st *store.Store) error {
-		before, _ = st.Get(ctx, pos[0]) // for the attempt this update cancels, if any
 		var err error
-		row, err = st.Update(ctx, pos[0], func(def *store.Definition) error {
+		row, cancelled, err = st.Update(ctx, pos[0], func(def *store.Definition) error {
 			pol, err := refresh.ParsePolicy(def.Policy, nil)
 			if err != nil {
 				// The stored policy is unreadable: the update may replace it.
@@ -277,14 +277,14 @@ func runUpdate(ctx context.Context, e env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if before.Running() {
+	if cancelled != nil {
 		// Tell the cancelled attempt's worker to stop (best effort: its
 		// results are stale anyway).
 		err := cfg.withQueue(ctx, func(q *queue.Queue) error {
-			return q.Cancel(ctx, map[string]time.Time{before.AttemptUID: before.DeadlineAt})
+			return q.Cancel(ctx, map[string]time.Time{cancelled.AttemptUID: cancelled.DeadlineAt})
 		})
 		if err != nil {
-			fmt.Fprintf(e.stderr, "bigtables update: warning: could not tell the worker of attempt %s to stop: %v\n", before.AttemptUID, err)
+			fmt.Fprintf(e.stderr, "bigtables update: warning: could not tell the worker of attempt %s to stop: %v\n", cancelled.AttemptUID, err)
 		}
 	}
 	return writeJSON(e, recordJSON(row, nil))

@@ -282,7 +282,7 @@ func Explain(rule string, p Policy) []string {
 	}
 	out = append(out, "Allow "+HumanDuration(time.Duration(p.Timeout))+" for a response")
 	st := p.RetryStrategy()
-	attempts := 0 // the failure that exhausts, 0 if only age or give_up_after ends it
+	attempts := st.Attempts() // the failure that exhausts, 0 if only age ends it
 	if st.Kind == KindList && st.Jitter == nil {
 		for i, d := range st.Delays {
 			if d == 0 {
@@ -291,11 +291,8 @@ func Explain(rule string, p Policy) []string {
 				out = append(out, fmt.Sprintf("On the %s failure, retry after %s", ordinalName(i+1), HumanDuration(time.Duration(d))))
 			}
 		}
-		attempts = len(st.Delays) + 1
 	} else {
-		line, n := explainStrategy(st)
-		out = append(out, line)
-		attempts = n
+		out = append(out, explainStrategy(st))
 	}
 	switch {
 	case p.OnExhausted == WaitNext && attempts > 0:
@@ -316,9 +313,8 @@ func Explain(rule string, p Policy) []string {
 	return out
 }
 
-// explainStrategy describes a non-list strategy and returns the number of
-// the attempt whose failure exhausts it (0: none).
-func explainStrategy(s Strategy) (string, int) {
+// explainStrategy describes a non-list strategy.
+func explainStrategy(s Strategy) string {
 	hd := func(d Duration) string { return HumanDuration(time.Duration(d)) }
 	msd := func(n int64) string { return HumanDuration(ms(n)) }
 	capText := ""
@@ -326,21 +322,19 @@ func explainStrategy(s Strategy) (string, int) {
 		capText = ", at most " + hd(s.Max)
 	}
 	var line string
-	n := 0
 	switch s.Kind {
 	case KindList:
 		parts := make([]string, len(s.Delays))
 		for i, d := range s.Delays {
 			parts[i] = hd(d)
 		}
-		line, n = "After failure k, retry after the k-th of: "+strings.Join(parts, ", "), len(s.Delays)+1
+		line = "After failure k, retry after the k-th of: " + strings.Join(parts, ", ")
 	case KindExponential:
 		line = fmt.Sprintf("After failure k, retry after %s × %v^(k-1)%s", hd(s.Initial), s.multiplier(), capText)
-		n = s.MaxAttempts
 	case KindLinear:
-		line, n = fmt.Sprintf("After failure k, retry after %s × k%s", hd(s.Initial), capText), s.MaxAttempts
+		line = fmt.Sprintf("After failure k, retry after %s × k%s", hd(s.Initial), capText)
 	case KindFibonacci:
-		line, n = fmt.Sprintf("After failure k, retry after %s × fib(k) (1, 1, 2, 3, 5, 8, ...)%s", hd(s.Unit), capText), s.MaxAttempts
+		line = fmt.Sprintf("After failure k, retry after %s × fib(k) (1, 1, 2, 3, 5, 8, ...)%s", hd(s.Unit), capText)
 	case KindProgressive:
 		var parts []string
 		for _, b := range s.bands() {
@@ -372,9 +366,6 @@ func explainStrategy(s Strategy) (string, int) {
 			line += fmt.Sprintf(", ± %v%%", s.Pct*100)
 		}
 	}
-	if s.MaxRetry != nil {
-		n = *s.MaxRetry + 1
-	}
 	if j := s.Jitter; j != nil {
 		switch j.Kind {
 		case JitterAdditive:
@@ -391,10 +382,10 @@ func explainStrategy(s Strategy) (string, int) {
 			line += ", decorrelated: a random delay from the first delay to 3 × the previous one"
 		}
 	}
-	if n > 0 {
+	if n := s.Attempts(); n > 0 {
 		line += fmt.Sprintf("; the %s failure ends the retries", ordinalName(n))
 	}
-	return line, n
+	return line
 }
 
 // explainRule describes simple rules in words and others verbatim.

@@ -437,6 +437,20 @@ func safelyKind(kind string) bool {
 	return false
 }
 
+// Attempts returns the number of the attempt whose failure exhausts the
+// retries, or 0 when only the record's age ends them (progressive).
+func (s Strategy) Attempts() int {
+	switch {
+	case s.Kind == KindList:
+		return len(s.Delays) + 1
+	case s.Kind == KindProgressive:
+		return 0
+	case s.MaxRetry != nil:
+		return *s.MaxRetry + 1
+	}
+	return s.MaxAttempts
+}
+
 // Randomized reports whether the strategy draws random numbers.
 func (s Strategy) Randomized() bool {
 	return s.Jitter != nil || (safelyKind(s.Kind) && s.Kind != KindFix)

@@ -89,7 +89,7 @@ func (s *Scheduler) Tick(ctx context.Context) (TickResult, error) {
 	var starts []store.Started
 	var timedOut map[string]time.Time
 	err := s.store.InTx(ctx, func(tx *store.Tx) error {
-		res, jobs, starts, timedOut = TickResult{}, nil, nil, map[string]time.Time{} // InTx may be retried by callers
+		timedOut = map[string]time.Time{}
 		rows, err := tx.ClaimDue(ctx, s.cfg.Batch)
 		if err != nil {
 			return err

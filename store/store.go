@@ -167,14 +167,6 @@ func scanRows(rows *sqlx.Rows, capHint int) ([]Row, error) {
 	return out, rows.Err()
 }
 
-// timeText renders a time for a text[] parameter; "" stands for NULL.
-func timeText(t time.Time) string {
-	if t.IsZero() {
-		return ""
-	}
-	return t.UTC().Format(time.RFC3339Nano)
-}
-
 // micros renders a time for a bigint[] parameter read back with usTime:
 // microseconds since the Unix epoch, -1 for NULL. Integers cost PostgreSQL
 // far less to read than timestamp text, which matters in 1,000-row batches.
@@ -269,13 +261,21 @@ func (s *Store) List(ctx context.Context, opt ListOptions) ([]Row, error) {
 	return out, nil
 }
 
+// Cancelled is the running attempt a manual update cancelled.
+type Cancelled struct {
+	AttemptUID string
+	DeadlineAt time.Time
+}
+
 // Update is the manual save of a record by a person. Under the row's lock it
 // lets edit change the definition (an error from edit writes nothing), then
 // applies refresh.Update: the record is enabled again, attempt_no reset, any
-// running attempt cancelled (recorded in the history as "cancelled"), and
-// refresh_at set to refreshAt, or now when nil.
-func (s *Store) Update(ctx context.Context, uid string, edit func(*Definition) error, refreshAt *time.Time) (Row, error) {
+// running attempt cancelled (recorded in the history as "cancelled", and
+// returned so its worker can be told), and refresh_at set to refreshAt, or
+// now when nil. It returns the record as written.
+func (s *Store) Update(ctx context.Context, uid string, edit func(*Definition) error, refreshAt *time.Time) (Row, *Cancelled, error) {
 	var out Row
+	var gone *Cancelled
 	err := s.InTx(ctx, func(tx *Tx) error {
 		rows, err := tx.Lock(ctx, []string{uid})
 		if err != nil {
@@ -292,9 +292,10 @@ func (s *Store) Update(ctx context.Context, uid string, edit func(*Definition) e
 		var cancelled string
 		r.State, cancelled = refresh.Update(r.State, tx.Now())
 		if refreshAt != nil {
-			r.RefreshAt = *refreshAt
+			r.RefreshAt = refreshAt.UTC().Truncate(time.Microsecond) // as PostgreSQL stores it
 		}
 		if cancelled != "" {
+			gone = &Cancelled{AttemptUID: cancelled, DeadlineAt: old.DeadlineAt}
 			err := tx.RecordAttempts(ctx, []Attempt{{
 				AttemptUID: cancelled, UID: uid, AttemptNo: old.AttemptNo, StartedAt: old.StartedAt,
 				FinishedAt: tx.Now(), Outcome: OutcomeCancelled, Message: "cancelled by a manual update",
@@ -310,13 +311,14 @@ func (s *Store) Update(ctx context.Context, uid string, edit func(*Definition) e
 		if err := tx.Save(ctx, []Row{r}); err != nil {
 			return err
 		}
+		r.UpdatedAt = tx.Now() // what Save wrote: now() is the transaction's clock
 		out = r
 		return nil
 	})
 	if err != nil {
-		return Row{}, fmt.Errorf("update record %q: %w", uid, err)
+		return Row{}, nil, fmt.Errorf("update record %q: %w", uid, err)
 	}
-	return s.Get(ctx, out.UID)
+	return out, gone, nil
 }
 
 // Tx is a transaction with the database's clock read at its start.
@@ -543,13 +545,13 @@ type Started struct {
 	RefreshAt  time.Time
 }
 
-const undoStarts = `
+var undoStarts = `
 UPDATE bigtables AS b SET
     attempt_uid = NULL, started_at = NULL, deadline_at = NULL,
     attempt_no = b.attempt_no - 1,
-    refresh_at = NULLIF(u.refresh_at, '')::timestamptz,
+    refresh_at = ` + usTime("u.refresh_at") + `,
     updated_at = now()
-FROM unnest($1::text[], $2::text[], $3::text[]) AS u(uid, attempt_uid, refresh_at)
+FROM unnest($1::text[], $2::text[], $3::bigint[]) AS u(uid, attempt_uid, refresh_at)
 WHERE b.uid = u.uid AND b.attempt_uid = u.attempt_uid`
 
 // UndoStarts reverts starts whose jobs could not be pushed, so an outage of
@@ -559,11 +561,11 @@ func (s *Store) UndoStarts(ctx context.Context, starts []Started) (int, error) {
 	if len(starts) == 0 {
 		return 0, nil
 	}
-	uid, attempt, at := make([]string, len(starts)), make([]string, len(starts)), make([]string, len(starts))
+	uid, attempt, at := make([]string, len(starts)), make([]string, len(starts)), make([]int64, len(starts))
 	for i, st := range starts {
-		uid[i], attempt[i], at[i] = st.UID, st.AttemptUID, timeText(st.RefreshAt)
+		uid[i], attempt[i], at[i] = st.UID, st.AttemptUID, micros(st.RefreshAt)
 	}
-	res, err := s.db.ExecContext(ctx, undoStarts, pq.StringArray(uid), pq.StringArray(attempt), pq.StringArray(at))
+	res, err := s.db.ExecContext(ctx, undoStarts, pq.StringArray(uid), pq.StringArray(attempt), pq.Int64Array(at))
 	if err != nil {
 		return 0, fmt.Errorf("undo %d starts: %w", len(starts), err)
 	}

@@ -101,14 +101,14 @@ func TestAddGetUpdate(t *testing.T) {
 	}
 
 	boom := errors.New("bad edit")
-	if _, err := s.Update(ctx, "bt1", func(d *store.Definition) error { d.InputURL = "http://changed/"; return boom }, nil); !errors.Is(err, boom) {
+	if _, _, err := s.Update(ctx, "bt1", func(d *store.Definition) error { d.InputURL = "http://changed/"; return boom }, nil); !errors.Is(err, boom) {
 		t.Fatalf("Update with failing edit: %v", err)
 	}
 	if again, _ := s.Get(ctx, "bt1"); again.InputURL != "http://example.com/x" || again.AttemptUID != "attempt-1" {
 		t.Errorf("a failed edit wrote something: %+v", again)
 	}
 
-	up, err := s.Update(ctx, "bt1", func(d *store.Definition) error { d.InputURL = "http://changed/"; return nil }, nil)
+	up, _, err := s.Update(ctx, "bt1", func(d *store.Definition) error { d.InputURL = "http://changed/"; return nil }, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +119,7 @@ func TestAddGetUpdate(t *testing.T) {
 	if err != nil || len(h) != 1 || h[0].Outcome != store.OutcomeCancelled || h[0].AttemptUID != "attempt-1" {
 		t.Errorf("history %+v, %v; want the cancelled attempt", h, err)
 	}
-	if _, err := s.Update(ctx, "nope", func(*store.Definition) error { return nil }, nil); !errors.Is(err, store.ErrNotFound) {
+	if _, _, err := s.Update(ctx, "nope", func(*store.Definition) error { return nil }, nil); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("Update unknown: %v", err)
 	}
 }

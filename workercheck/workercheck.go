@@ -160,7 +160,8 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		tc  testCase
 		job protocol.Job
 	}
-	jobs := map[string]sent{}
+	jobs := map[string]sent{} // by attempt uid
+	order := make([]sent, 0, len(cases))
 	var raw [][]byte
 	for i, tc := range cases {
 		j := protocol.Job{BigTableUID: fmt.Sprintf("check-%d", i+1), AttemptUID: refresh.NewAttemptUID(),
@@ -170,6 +171,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 			b = append(b[:len(b)-1], []byte(`,"a_future_field":{"ignore":"me"}}`)...)
 		}
 		jobs[j.AttemptUID] = sent{tc, j}
+		order = append(order, sent{tc, j})
 		raw = append(raw, b)
 	}
 	if err := q.PushJobs(ctx, raw); err != nil {
@@ -228,13 +230,8 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if echoed {
 		add("all", "results echo big_table_uid and refresh_attempt_uid", true, "")
 	}
-	for _, tc := range cases {
-		var s sent
-		for _, v := range jobs {
-			if v.tc == tc {
-				s = v
-			}
-		}
+	for _, s := range order {
+		tc := s.tc
 		g, ok := final[s.job.AttemptUID]
 		r := g.res
 		switch tc.want {
