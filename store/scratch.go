@@ -4,17 +4,21 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/url"
 	"time"
 
 	"github.com/jmoiron/sqlx"
+	"github.com/lib/pq"
 )
 
 // ScratchDatabase creates an empty database named prefix_<random> next to
 // the one adminURL names (the URL's role needs CREATEDB), for tests, the
 // bench and the fault run. It returns the new database's URL and a function
-// that drops it, forcibly, whatever is still connected.
+// that drops it, forcibly, whatever is still connected. When the database
+// adminURL names does not exist yet (a fresh server), it connects to the
+// server's maintenance database "postgres" instead.
 func ScratchDatabase(ctx context.Context, adminURL, prefix string) (dbURL string, drop func(), err error) {
 	u, err := url.Parse(adminURL)
 	if err != nil {
@@ -27,7 +31,17 @@ func ScratchDatabase(ctx context.Context, adminURL, prefix string) (dbURL string
 	b := make([]byte, 6)
 	rand.Read(b)
 	name := prefix + "_" + hex.EncodeToString(b)
-	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
+	_, err = admin.ExecContext(ctx, "CREATE DATABASE "+name)
+	if pe := (*pq.Error)(nil); errors.As(err, &pe) && pe.Code == "3D000" && u.Path != "/postgres" {
+		admin.Close()
+		m := *u
+		m.Path = "/postgres"
+		if admin, err = sqlx.Open("postgres", m.String()); err != nil {
+			return "", nil, fmt.Errorf("open %s: %w", Redact(m.String()), err)
+		}
+		_, err = admin.ExecContext(ctx, "CREATE DATABASE "+name)
+	}
+	if err != nil {
 		admin.Close()
 		return "", nil, fmt.Errorf("create database %s (the URL's role needs CREATEDB): %w", name, err)
 	}

@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"errors"
+	"net/url"
 	"sync"
 	"testing"
 	"time"
@@ -216,4 +217,25 @@ func TestSaveAndUndo(t *testing.T) {
 	if err == nil {
 		t.Error("Save accepted a duplicate uid")
 	}
+}
+
+// A fresh server has no database of the name the URL gives: the scratch
+// database is then created from the maintenance database "postgres".
+func TestScratchDatabaseOnAFreshServer(t *testing.T) {
+	ctx := context.Background()
+	u, err := url.Parse(testsvc.Database(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/bt_missing_" + testsvc.RandomID()
+	dbURL, drop, err := store.ScratchDatabase(ctx, u.String(), "bt_test")
+	if err != nil {
+		t.Fatalf("ScratchDatabase with a missing database in the URL: %v", err)
+	}
+	defer drop()
+	st, err := store.Open(ctx, dbURL)
+	if err != nil {
+		t.Fatalf("open the scratch database: %v", err)
+	}
+	st.Close()
 }
