@@ -98,6 +98,11 @@ type Row struct {
 	StatusMessage string
 	CreatedAt     time.Time
 	UpdatedAt     time.Time
+
+	// tid is the row version's ctid when the row was read under a lock in
+	// a transaction (ClaimDue, Lock): Save finds it by ctid, without a
+	// second index lookup. The lock keeps the ctid valid until the write.
+	tid string
 }
 
 // dbRow is Row as PostgreSQL returns it.
@@ -118,10 +123,15 @@ type dbRow struct {
 	StatusMessage  sql.NullString `db:"status_message"`
 	CreatedAt      time.Time      `db:"created_at"`
 	UpdatedAt      time.Time      `db:"updated_at"`
+	Tid            string         `db:"tid"` // only in locked reads
 }
 
 const rowColumns = `uid, input_url, schedule, policy, refresh_at, attempt_uid, attempt_no, started_at,
 	deadline_at, failing_since, last_delay_ms, disabled_until_update, disabled_reason, status_message, created_at, updated_at`
+
+// lockedColumns are rowColumns plus the version's ctid, for rows read under
+// a lock and written back by Save.
+const lockedColumns = rowColumns + `, ctid::text AS tid`
 
 func nullTime(t sql.NullTime) time.Time {
 	if !t.Valid {
@@ -148,6 +158,7 @@ func (r dbRow) row() Row {
 		StatusMessage: r.StatusMessage.String,
 		CreatedAt:     r.CreatedAt.UTC(),
 		UpdatedAt:     r.UpdatedAt.UTC(),
+		tid:           r.Tid,
 	}
 }
 
@@ -304,8 +315,10 @@ func (s *Store) Update(ctx context.Context, uid string, edit func(*Definition) e
 				return err
 			}
 		}
-		const q = `UPDATE bigtables SET input_url = $2, schedule = $3, policy = $4 WHERE uid = $1`
-		if _, err := tx.tx.ExecContext(ctx, q, uid, r.InputURL, r.Schedule, string(r.Policy)); err != nil {
+		// The definition's write moves the row to a new version: Save
+		// finds it by the ctid returned here.
+		const q = `UPDATE bigtables SET input_url = $2, schedule = $3, policy = $4 WHERE uid = $1 RETURNING ctid::text`
+		if err := tx.tx.GetContext(ctx, &r.tid, q, uid, r.InputURL, r.Schedule, string(r.Policy)); err != nil {
 			return fmt.Errorf("write definition: %w", err)
 		}
 		if err := tx.Save(ctx, []Row{r}); err != nil {
@@ -352,22 +365,23 @@ func (s *Store) InTx(ctx context.Context, fn func(*Tx) error) error {
 	return nil
 }
 
+// claimDue reads the rows it locks whole, so no row is looked up twice; the
+// two sets are disjoint (attempt_uid NULL or not).
 const claimDue = `
 WITH due AS (
-    SELECT uid FROM bigtables
+    SELECT ` + lockedColumns + ` FROM bigtables
     WHERE attempt_uid IS NULL AND NOT disabled_until_update AND refresh_at <= $1
     ORDER BY refresh_at
     LIMIT $2
     FOR UPDATE SKIP LOCKED
 ), expired AS (
-    SELECT uid FROM bigtables
+    SELECT ` + lockedColumns + ` FROM bigtables
     WHERE attempt_uid IS NOT NULL AND deadline_at <= $1
     ORDER BY deadline_at
     LIMIT $2
     FOR UPDATE SKIP LOCKED
 )
-SELECT ` + rowColumns + ` FROM bigtables
-WHERE uid IN (SELECT uid FROM due UNION ALL SELECT uid FROM expired)`
+SELECT * FROM due UNION ALL SELECT * FROM expired`
 
 // ClaimDue locks and returns up to limit rows due to start and up to limit
 // rows whose running attempt is past its deadline. Rows locked by another
@@ -392,7 +406,7 @@ func (tx *Tx) Lock(ctx context.Context, uids []string) (map[string]Row, error) {
 	sorted := append([]string(nil), uids...)
 	sort.Strings(sorted)
 	rows, err := tx.tx.QueryxContext(ctx,
-		"SELECT "+rowColumns+" FROM bigtables WHERE uid = ANY($1) ORDER BY uid FOR UPDATE", pq.StringArray(sorted))
+		"SELECT "+lockedColumns+" FROM bigtables WHERE uid = ANY($1) ORDER BY uid FOR UPDATE", pq.StringArray(sorted))
 	if err != nil {
 		return nil, fmt.Errorf("lock rows: %w", err)
 	}
@@ -420,12 +434,13 @@ UPDATE bigtables AS b SET
     disabled_reason = CASE WHEN u.disabled THEN u.reason END,
     status_message = NULLIF(u.status, ''),
     updated_at = now()
-FROM unnest($1::text[], $2::bigint[], $3::text[], $4::int[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bool[], $9::text[], $10::text[], $11::bigint[])
-    AS u(uid, refresh_at, attempt_uid, attempt_no, started_at, deadline_at, failing_since, disabled, reason, status, last_delay_ms)
-WHERE b.uid = u.uid`
+FROM unnest($1::text[], $2::bigint[], $3::text[], $4::int[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bool[], $9::text[], $10::text[], $11::bigint[], $12::tid[])
+    AS u(uid, refresh_at, attempt_uid, attempt_no, started_at, deadline_at, failing_since, disabled, reason, status, last_delay_ms, tid)
+WHERE b.ctid = u.tid AND b.uid = u.uid`
 
 // Save writes the refresh state and status message of rows the transaction
-// holds locked, in one statement. Each uid may appear once.
+// holds locked (read by ClaimDue or Lock in it), in one statement; each row is
+// found by its ctid, which the lock keeps valid. Each uid may appear once.
 func (tx *Tx) Save(ctx context.Context, rows []Row) error {
 	if len(rows) == 0 {
 		return nil
@@ -434,12 +449,17 @@ func (tx *Tx) Save(ctx context.Context, rows []Row) error {
 	uid, attemptUID, reason, status := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	refreshAt, startedAt, deadlineAt, failingSince := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
 	attemptNo, lastDelay, disabled := make([]int64, n), make([]int64, n), make([]bool, n)
+	tid := make([]string, n)
 	seen := make(map[string]bool, n)
 	for i, r := range rows {
 		if seen[r.UID] {
 			return fmt.Errorf("save states: uid %q appears twice in one batch", r.UID)
 		}
+		if r.tid == "" {
+			return fmt.Errorf("save states: record %q was not read under a lock in this transaction", r.UID)
+		}
 		seen[r.UID] = true
+		tid[i] = r.tid
 		uid[i], attemptUID[i], attemptNo[i] = r.UID, r.AttemptUID, int64(r.AttemptNo)
 		refreshAt[i], startedAt[i] = micros(r.RefreshAt), micros(r.StartedAt)
 		deadlineAt[i], failingSince[i] = micros(r.DeadlineAt), micros(r.FailingSince)
@@ -449,12 +469,12 @@ func (tx *Tx) Save(ctx context.Context, rows []Row) error {
 	res, err := tx.tx.ExecContext(ctx, saveStates, pq.StringArray(uid), pq.Int64Array(refreshAt),
 		pq.StringArray(attemptUID), pq.Int64Array(attemptNo), pq.Int64Array(startedAt), pq.Int64Array(deadlineAt),
 		pq.Int64Array(failingSince), pq.BoolArray(disabled), pq.StringArray(reason), pq.StringArray(status),
-		pq.Int64Array(lastDelay))
+		pq.Int64Array(lastDelay), pq.StringArray(tid))
 	if err != nil {
 		return fmt.Errorf("save %d states: %w", n, err)
 	}
 	if got, _ := res.RowsAffected(); got != int64(n) {
-		return fmt.Errorf("save %d states: %d rows matched", n, got)
+		return fmt.Errorf("save %d states: %d rows matched (a row changed since it was locked in this transaction)", n, got)
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/url"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/bigtables/bigtables/internal/testsvc"
 	"github.com/bigtables/bigtables/refresh"
 	"github.com/bigtables/bigtables/store"
+	"github.com/jmoiron/sqlx"
 )
 
 func open(t *testing.T) *store.Store { return testsvc.Store(t) }
@@ -212,10 +214,62 @@ func TestSaveAndUndo(t *testing.T) {
 	if got.AttemptUID != "" || got.AttemptNo != 0 || !got.RefreshAt.Equal(past) || !got.DeadlineAt.IsZero() {
 		t.Errorf("after undo %+v; want the row as before the start (refresh_at %v)", got.State, past)
 	}
-	// Save refuses a batch naming a row twice.
-	err = s.InTx(ctx, func(tx *store.Tx) error { return tx.Save(ctx, []store.Row{got, got}) })
-	if err == nil {
-		t.Error("Save accepted a duplicate uid")
+	// Save refuses a batch naming a row twice, and a row not locked in the
+	// transaction (read by Get).
+	err = s.InTx(ctx, func(tx *store.Tx) error {
+		rows, err := tx.Lock(ctx, []string{"a"})
+		if err != nil {
+			return err
+		}
+		return tx.Save(ctx, []store.Row{rows["a"], rows["a"]})
+	})
+	if err == nil || !strings.Contains(err.Error(), "twice") {
+		t.Errorf("Save of a duplicate uid: %v; want a refusal", err)
+	}
+	err = s.InTx(ctx, func(tx *store.Tx) error { return tx.Save(ctx, []store.Row{got}) })
+	if err == nil || !strings.Contains(err.Error(), "not read under a lock") {
+		t.Errorf("Save of a row read without a lock: %v; want a refusal", err)
+	}
+}
+
+// The history has no foreign key (migration 004); deleting records deletes
+// their history all the same, and only theirs.
+func TestDeletingARecordDeletesItsHistory(t *testing.T) {
+	ctx := context.Background()
+	dbURL := testsvc.Database(t)
+	s, err := store.Open(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, uid := range []string{"a", "b"} {
+		if _, err := s.Add(ctx, uid, def(), nil); err != nil {
+			t.Fatal(err)
+		}
+		err := s.InTx(ctx, func(tx *store.Tx) error {
+			return tx.RecordAttempts(ctx, []store.Attempt{{AttemptUID: "att-" + uid, UID: uid, AttemptNo: 1,
+				FinishedAt: tx.Now(), Outcome: store.OutcomeSuccess}})
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	db, err := sqlx.Open("postgres", dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.ExecContext(ctx, "DELETE FROM bigtables WHERE uid = 'a'"); err != nil {
+		t.Fatal(err)
+	}
+	if h, err := s.History(ctx, "a", 10); err != nil || len(h) != 0 {
+		t.Errorf("history of the deleted record: %d attempts, %v; want none", len(h), err)
+	}
+	if h, err := s.History(ctx, "b", 10); err != nil || len(h) != 1 {
+		t.Errorf("history of the kept record: %d attempts, %v; want 1", len(h), err)
 	}
 }
 
