@@ -3,6 +3,8 @@ package cli
 import (
 	"context"
 	"fmt"
+	"os"
+	"runtime/pprof"
 	"strings"
 	"text/tabwriter"
 
@@ -26,6 +28,7 @@ func runBench(ctx context.Context, e env, args []string) error {
 	fs.IntVar(&bc.Backlog, "backlog", 1_000_000, "results the poller drains in the memory test")
 	fs.BoolVar(&asJSON, "json", false, "print the figures as one JSON object")
 	only := fs.String("only", "", "run only these steps, comma-separated: e2e, baseline, two, alone, latency, scale, memory")
+	cpuProfile := fs.String("cpuprofile", "", "write a Go CPU profile of the whole run to this file (go tool pprof FILE)")
 	if _, err := parse(fs, args, 0); err != nil {
 		return err
 	}
@@ -39,6 +42,17 @@ func runBench(ctx context.Context, e env, args []string) error {
 	bc.AdminURL, bc.RedisURL, bc.Progress = cfg.DatabaseURL, cfg.RedisURL, e.stderr
 	if *only != "" {
 		bc.Only = strings.Split(*only, ",")
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	res, err := bench.Run(ctx, bc)
 	if err != nil {

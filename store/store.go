@@ -96,8 +96,9 @@ type Row struct {
 	Definition
 	refresh.State
 	StatusMessage string
-	CreatedAt     time.Time
-	UpdatedAt     time.Time
+	// CreatedAt and UpdatedAt are zero in rows read by ClaimDue and Lock.
+	CreatedAt time.Time
+	UpdatedAt time.Time
 
 	// tid is the row version's ctid when the row was read under a lock in
 	// a transaction (ClaimDue, Lock): Save finds it by ctid, without a
@@ -121,17 +122,22 @@ type dbRow struct {
 	Disabled       bool           `db:"disabled_until_update"`
 	DisabledReason sql.NullString `db:"disabled_reason"`
 	StatusMessage  sql.NullString `db:"status_message"`
-	CreatedAt      time.Time      `db:"created_at"`
-	UpdatedAt      time.Time      `db:"updated_at"`
+	CreatedAt      sql.NullTime   `db:"created_at"` // not in locked reads
+	UpdatedAt      sql.NullTime   `db:"updated_at"` // not in locked reads
 	Tid            string         `db:"tid"` // only in locked reads
 }
 
-const rowColumns = `uid, input_url, schedule, policy, refresh_at, attempt_uid, attempt_no, started_at,
-	deadline_at, failing_since, last_delay_ms, disabled_until_update, disabled_reason, status_message, created_at, updated_at`
+// stateColumns are what a transition needs: definition and state.
+const stateColumns = `uid, input_url, schedule, policy, refresh_at, attempt_uid, attempt_no, started_at,
+	deadline_at, failing_since, last_delay_ms, disabled_until_update, disabled_reason, status_message`
 
-// lockedColumns are rowColumns plus the version's ctid, for rows read under
-// a lock and written back by Save.
-const lockedColumns = rowColumns + `, ctid::text AS tid`
+// rowColumns are the whole record.
+const rowColumns = stateColumns + `, created_at, updated_at`
+
+// lockedColumns are read under a lock on the hot paths (ClaimDue, Lock):
+// stateColumns plus the version's ctid, for Save; the bookkeeping times are
+// left out (two timestamps fewer to send and parse per row).
+const lockedColumns = stateColumns + `, ctid::text AS tid`
 
 func nullTime(t sql.NullTime) time.Time {
 	if !t.Valid {
@@ -156,8 +162,8 @@ func (r dbRow) row() Row {
 			DisabledReason: r.DisabledReason.String,
 		},
 		StatusMessage: r.StatusMessage.String,
-		CreatedAt:     r.CreatedAt.UTC(),
-		UpdatedAt:     r.UpdatedAt.UTC(),
+		CreatedAt:     nullTime(r.CreatedAt),
+		UpdatedAt:     nullTime(r.UpdatedAt),
 		tid:           r.Tid,
 	}
 }
@@ -186,6 +192,36 @@ func micros(t time.Time) int64 {
 		return -1
 	}
 	return t.UnixMicro()
+}
+
+// ints, strs and bools pass a column's values as an array parameter, or as
+// NULL when every value is the column's zero (zero is -1 for times): see
+// saveStates.
+func ints(v []int64, zero int64) pq.Int64Array {
+	for _, x := range v {
+		if x != zero {
+			return v
+		}
+	}
+	return nil
+}
+
+func strs(v []string) pq.StringArray {
+	for _, x := range v {
+		if x != "" {
+			return v
+		}
+	}
+	return nil
+}
+
+func bools(v []bool) pq.BoolArray {
+	for _, x := range v {
+		if x {
+			return v
+		}
+	}
+	return nil
 }
 
 // usTime is the SQL that turns a micros value back into a timestamptz.
@@ -317,10 +353,11 @@ func (s *Store) Update(ctx context.Context, uid string, edit func(*Definition) e
 		}
 		// The definition's write moves the row to a new version: Save
 		// finds it by the ctid returned here.
-		const q = `UPDATE bigtables SET input_url = $2, schedule = $3, policy = $4 WHERE uid = $1 RETURNING ctid::text`
-		if err := tx.tx.GetContext(ctx, &r.tid, q, uid, r.InputURL, r.Schedule, string(r.Policy)); err != nil {
+		const q = `UPDATE bigtables SET input_url = $2, schedule = $3, policy = $4 WHERE uid = $1 RETURNING ctid::text, created_at`
+		if err := tx.tx.QueryRowContext(ctx, q, uid, r.InputURL, r.Schedule, string(r.Policy)).Scan(&r.tid, &r.CreatedAt); err != nil {
 			return fmt.Errorf("write definition: %w", err)
 		}
+		r.CreatedAt = r.CreatedAt.UTC()
 		if err := tx.Save(ctx, []Row{r}); err != nil {
 			return err
 		}
@@ -421,16 +458,20 @@ func (tx *Tx) Lock(ctx context.Context, uids []string) (map[string]Row, error) {
 	return out, nil
 }
 
+// saveStates takes one array per column. An array may be NULL when every
+// row has the column's zero value (-1 for times, 0, false, ''): unnest pads
+// it with NULLs, which read as that value, and PostgreSQL parses one array
+// fewer (batches of starts or successes leave half the columns at zero).
 var saveStates = `
 UPDATE bigtables AS b SET
     refresh_at = ` + usTime("u.refresh_at") + `,
     attempt_uid = NULLIF(u.attempt_uid, ''),
-    attempt_no = u.attempt_no,
+    attempt_no = COALESCE(u.attempt_no, 0),
     started_at = ` + usTime("u.started_at") + `,
     deadline_at = ` + usTime("u.deadline_at") + `,
     failing_since = ` + usTime("u.failing_since") + `,
-    last_delay_ms = u.last_delay_ms,
-    disabled_until_update = u.disabled,
+    last_delay_ms = COALESCE(u.last_delay_ms, 0),
+    disabled_until_update = COALESCE(u.disabled, false),
     disabled_reason = CASE WHEN u.disabled THEN u.reason END,
     status_message = NULLIF(u.status, ''),
     updated_at = now()
@@ -466,10 +507,10 @@ func (tx *Tx) Save(ctx context.Context, rows []Row) error {
 		disabled[i], reason[i], status[i] = r.Disabled, r.DisabledReason, r.StatusMessage
 		lastDelay[i] = r.LastDelay.Milliseconds()
 	}
-	res, err := tx.tx.ExecContext(ctx, saveStates, pq.StringArray(uid), pq.Int64Array(refreshAt),
-		pq.StringArray(attemptUID), pq.Int64Array(attemptNo), pq.Int64Array(startedAt), pq.Int64Array(deadlineAt),
-		pq.Int64Array(failingSince), pq.BoolArray(disabled), pq.StringArray(reason), pq.StringArray(status),
-		pq.Int64Array(lastDelay), pq.StringArray(tid))
+	res, err := tx.tx.ExecContext(ctx, saveStates, pq.StringArray(uid), ints(refreshAt, -1),
+		strs(attemptUID), ints(attemptNo, 0), ints(startedAt, -1), ints(deadlineAt, -1),
+		ints(failingSince, -1), bools(disabled), strs(reason), strs(status),
+		ints(lastDelay, 0), pq.StringArray(tid))
 	if err != nil {
 		return fmt.Errorf("save %d states: %w", n, err)
 	}
@@ -505,7 +546,7 @@ type Attempt struct {
 
 var insertAttempts = `
 INSERT INTO bigtable_attempts (attempt_uid, uid, attempt_no, started_at, finished_at, outcome, message, decision)
-SELECT a, u, n, ` + usTime("s") + `, ` + usTime("f") + `, o, m, d
+SELECT a, u, n, ` + usTime("s") + `, ` + usTime("f") + `, o, COALESCE(m, ''), COALESCE(d, '')
 FROM unnest($1::text[], $2::text[], $3::int[], $4::bigint[], $5::bigint[], $6::text[], $7::text[], $8::text[])
     AS t(a, u, n, s, f, o, m, d)`
 
@@ -526,7 +567,7 @@ func (tx *Tx) RecordAttempts(ctx context.Context, attempts []Attempt) error {
 		o[i], m[i], d[i] = string(at.Outcome), at.Message, at.Decision
 	}
 	_, err := tx.tx.ExecContext(ctx, insertAttempts, pq.StringArray(a), pq.StringArray(u), pq.Int64Array(no),
-		pq.Int64Array(s), pq.Int64Array(f), pq.StringArray(o), pq.StringArray(m), pq.StringArray(d))
+		pq.Int64Array(s), pq.Int64Array(f), pq.StringArray(o), strs(m), strs(d))
 	if err != nil {
 		return fmt.Errorf("record %d attempts: %w", n, err)
 	}

@@ -293,3 +293,61 @@ func TestScratchDatabaseOnAFreshServer(t *testing.T) {
 	}
 	st.Close()
 }
+
+// Save writes every state field, whether a batch has the field set on every
+// row, on none (the column's array is sent as NULL) or on some.
+func TestSaveRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	s := open(t)
+	uids := []string{"a", "b", "c"}
+	for _, uid := range uids {
+		if _, err := s.Add(ctx, uid, def(), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	at := func(min int) time.Time { return time.Date(2026, 3, 4, 5, min, 7, 123456000, time.UTC) }
+	full := func(i int) (refresh.State, string) {
+		return refresh.State{RefreshAt: at(i), AttemptUID: "att-" + uids[i], AttemptNo: 3 + i, StartedAt: at(10 + i),
+			DeadlineAt: at(20 + i), FailingSince: at(30 + i), LastDelay: time.Duration(i+1) * time.Second,
+			Disabled: true, DisabledReason: "reason " + uids[i]}, "status " + uids[i]
+	}
+	zero := func(int) (refresh.State, string) { return refresh.State{}, "" }
+	mixed := func(i int) (refresh.State, string) {
+		if i == 1 {
+			return full(i)
+		}
+		return zero(i)
+	}
+	for _, step := range []struct {
+		name  string
+		batch func(int) (refresh.State, string)
+	}{{"full", full}, {"zero", zero}, {"full again", full}, {"mixed", mixed}} {
+		name, batch := step.name, step.batch
+		err := s.InTx(ctx, func(tx *store.Tx) error {
+			rows, err := tx.Lock(ctx, uids)
+			if err != nil {
+				return err
+			}
+			var save []store.Row
+			for i, uid := range uids {
+				r := rows[uid]
+				r.State, r.StatusMessage = batch(i)
+				save = append(save, r)
+			}
+			return tx.Save(ctx, save)
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		for i, uid := range uids {
+			got, err := s.Get(ctx, uid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, status := batch(i)
+			if got.State != want || got.StatusMessage != status {
+				t.Errorf("%s: %s read back %+v %q\nwant %+v %q", name, uid, got.State, got.StatusMessage, want, status)
+			}
+		}
+	}
+}
