@@ -459,7 +459,7 @@ func (tx *Tx) Lock(ctx context.Context, uids []string) (map[string]Row, error) {
 }
 
 // saveStates takes one array per column. An array may be NULL when every
-// row has the column's zero value (-1 for times, 0, false, ”): unnest pads
+// row has the column's zero value (-1 for times, 0, false, the empty string): unnest pads
 // it with NULLs, which read as that value, and PostgreSQL parses one array
 // fewer (batches of starts or successes leave half the columns at zero).
 var saveStates = `
