@@ -252,6 +252,12 @@ func setup(ctx context.Context, cfg Config) (*env, func(), error) {
 
 // reset empties the tables and queues.
 func (e *env) reset(ctx context.Context) error {
+	// A checkpoint during a step makes PostgreSQL write every page it touches
+	// next in full to the WAL, which slowed some runs by a fifth. Each step
+	// starts right after one, so none falls inside a step of a few seconds
+	// (checkpoint_timeout is minutes). It needs superuser or pg_checkpoint;
+	// without, the step runs as it would.
+	e.db.ExecContext(ctx, "CHECKPOINT")
 	if _, err := e.db.ExecContext(ctx, "TRUNCATE bigtables, bigtable_attempts"); err != nil {
 		return fmt.Errorf("truncate: %w", err)
 	}
@@ -337,17 +343,25 @@ func (e *env) checkApplied(ctx context.Context, want int) error {
 	return nil
 }
 
-// waitCycles polls count until it reaches want, reporting progress, for at
-// most 30 minutes.
+// waitCycles polls count (an in-process counter: cheap) every 2 ms until it
+// reaches want, so the time measured is within 2 ms of the last cycle (a
+// 100 ms poll made a 2.7 s run read as 2.8 s), reporting progress every
+// 100 ms, for at most 30 minutes.
 func (e *env) waitCycles(ctx context.Context, want int, label string, start time.Time, count func(context.Context) (int, error)) error {
 	deadline := time.Now().Add(30 * time.Minute)
+	var reported time.Time
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
 	for {
 		n, err := count(ctx)
 		if err != nil {
 			return err
 		}
-		el := time.Since(start).Seconds()
-		fmt.Fprintf(e.cfg.Progress, "\r\033[K  %s: %d/%d cycles, %.0f/s", label, n, want, float64(n)/max(el, 1e-9))
+		if n >= want || time.Since(reported) >= 100*time.Millisecond {
+			el := time.Since(start).Seconds()
+			fmt.Fprintf(e.cfg.Progress, "\r\033[K  %s: %d/%d cycles, %.0f/s", label, n, want, float64(n)/max(el, 1e-9))
+			reported = time.Now()
+		}
 		if n >= want {
 			return nil
 		}
@@ -357,7 +371,7 @@ func (e *env) waitCycles(ctx context.Context, want int, label string, start time
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
+		case <-tick.C:
 		}
 	}
 }
