@@ -288,15 +288,18 @@ func (e *env) insert(ctx context.Context, prefix string, n int, due time.Time) e
 }
 
 // workers answer every job with success at once, popping and pushing in
-// batches, until ctx ends. onJob, if set, sees each job as it arrives.
+// batches, until ctx ends (within a second: a blocking pop is not
+// interrupted). onJob, if set, sees each job as it arrives.
 func (e *env) workers(ctx context.Context, n int, onJob func(protocol.Job)) *sync.WaitGroup {
 	var wg sync.WaitGroup
 	for range n {
 		wg.Go(func() {
 			for ctx.Err() == nil {
-				jobs, err := e.rdb.LPopCount(ctx, e.names.Input, 200).Result()
-				if err != nil || len(jobs) == 0 {
-					time.Sleep(2 * time.Millisecond)
+				// A blocking pop, as real workers wait: idle workers must
+				// not load the machine being measured by polling.
+				jobs, err := e.q.PopJobs(ctx, time.Second, 200)
+				if err != nil {
+					time.Sleep(10 * time.Millisecond)
 					continue
 				}
 				results := make([]any, 0, len(jobs))

@@ -319,6 +319,21 @@ func (q *Queue) PopJob(ctx context.Context, timeout time.Duration) ([]byte, erro
 	return []byte(res[1]), nil
 }
 
+// PopJobs waits up to timeout (whole seconds, at least 1) for jobs and
+// returns up to n of them in queue order, or none when none came: one
+// BLMPOP (Redis 7), for workers that take jobs in batches. Cancelling ctx
+// does not interrupt the wait, as for PopJob.
+func (q *Queue) PopJobs(ctx context.Context, timeout time.Duration, n int) ([]string, error) {
+	_, jobs, err := q.rdb.BLMPop(ctx, max(timeout, time.Second), "left", int64(max(n, 1)), q.names.Input).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("pop jobs from %s: %w", q.names.Input, err)
+	}
+	return jobs, nil
+}
+
 // PushResult appends a worker's result to the output list.
 func (q *Queue) PushResult(ctx context.Context, result []byte) error {
 	if err := q.rdb.RPush(ctx, q.names.Output, result).Err(); err != nil {

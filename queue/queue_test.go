@@ -61,6 +61,22 @@ func TestPushPopAndDrain(t *testing.T) {
 	if time.Since(start) < 900*time.Millisecond {
 		t.Error("PopJob did not wait")
 	}
+	if err := q.PushJobs(ctx, [][]byte{[]byte("j3"), []byte("j4"), []byte("j5")}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"j3,j4", "j5"} {
+		got, err := q.PopJobs(ctx, time.Second, 2)
+		if err != nil || strings.Join(got, ",") != want {
+			t.Fatalf("PopJobs = %q, %v; want %q", got, err, want)
+		}
+	}
+	start = time.Now()
+	if got, err := q.PopJobs(ctx, time.Second, 2); got != nil || err != nil {
+		t.Errorf("PopJobs on an empty list = %q, %v; want nil, nil", got, err)
+	}
+	if time.Since(start) < 900*time.Millisecond {
+		t.Error("PopJobs did not wait")
+	}
 	for i := range 5 {
 		q.PushResult(ctx, []byte{'r', byte('0' + i)})
 	}
