@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -65,7 +66,7 @@ func runBench(ctx context.Context, e env, args []string) error {
 	row := func(name, value, note string) { fmt.Fprintf(tw, "%s\t%s\t  %s\t\n", name, value, note) }
 	row("measure", "value", "")
 	if res.CyclesPerSec > 0 {
-		row(fmt.Sprintf("end to end, %d records (cycles/s)", res.Records), fmt.Sprintf("%.0f", res.CyclesPerSec), "real scheduler + poller, batched")
+		row("end to end, "+thousands(res.Records)+" records (cycles/s)", fmt.Sprintf("%.0f", res.CyclesPerSec), "real scheduler + poller, batched")
 	}
 	if res.BaselineCyclesPerSec > 0 {
 		row("seed's row-at-a-time design (cycles/s)", fmt.Sprintf("%.0f", res.BaselineCyclesPerSec), "same records, same run")
@@ -86,14 +87,23 @@ func runBench(ctx context.Context, e env, args []string) error {
 	}
 	if res.TickMsSmallTable > 0 {
 		row("tick starting 1,000: 10,000 rows stored (ms)", fmt.Sprintf("%.1f", res.TickMsSmallTable), "")
-		row(fmt.Sprintf("tick starting 1,000: %d rows stored (ms)", res.LargeTableRows), fmt.Sprintf("%.1f", res.TickMsLargeTable), fmt.Sprintf("ratio %.2f, target <= 1.5", res.TickCostRatio))
+		row("tick starting 1,000: "+thousands(res.LargeTableRows)+" rows stored (ms)", fmt.Sprintf("%.1f", res.TickMsLargeTable), fmt.Sprintf("ratio %.2f, target <= 1.5", res.TickCostRatio))
 	}
 	switch {
 	case res.PollerRSSSkippedReason != "":
 		row("poller peak RSS", "skipped", res.PollerRSSSkippedReason)
 	case res.PollerPeakRSSMiBLarge > 0:
-		row(fmt.Sprintf("poller peak RSS, %d backlog (MiB)", res.PollerSmallBacklog), fmt.Sprintf("%.1f", res.PollerPeakRSSMiBSmall), "")
-		row(fmt.Sprintf("poller peak RSS, %d backlog (MiB)", res.PollerBacklog), fmt.Sprintf("%.1f", res.PollerPeakRSSMiBLarge), fmt.Sprintf("ratio %.2f: bounded by the batch, not the backlog", res.PollerRSSRatio))
+		row("poller peak RSS, "+thousands(res.PollerSmallBacklog)+" backlog (MiB)", fmt.Sprintf("%.1f", res.PollerPeakRSSMiBSmall), "")
+		row("poller peak RSS, "+thousands(res.PollerBacklog)+" backlog (MiB)", fmt.Sprintf("%.1f", res.PollerPeakRSSMiBLarge), fmt.Sprintf("ratio %.2f: bounded by the batch, not the backlog", res.PollerRSSRatio))
 	}
 	return tw.Flush()
+}
+
+// thousands writes n with commas between groups of three digits.
+func thousands(n int) string {
+	s := strconv.Itoa(n)
+	for i := len(s) - 3; i > 0 && s[i-1] != '-'; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }

@@ -40,7 +40,7 @@ func runPoller(ctx context.Context, e env, args []string) error {
 	var cfg Config
 	var pc poller.Config
 	fs := flagSet(e, "poller", "poller [--batch N] [--max-result-bytes N] [--id ID]", &cfg)
-	fs.IntVar(&pc.Batch, "batch", 100, "most results applied per transaction")
+	fs.IntVar(&pc.Batch, "batch", 1000, "most results applied per transaction (at most this many results, each up to --max-result-bytes, are held in memory)")
 	fs.IntVar(&pc.MaxResultBytes, "max-result-bytes", protocol.DefaultMaxResultBytes, "larger results are dead-lettered")
 	fs.StringVar(&pc.ID, "id", "", "poller id naming its processing list (default: host-pid-random)")
 	fs.DurationVar(&pc.Lease, "lease", 15*time.Second, "a poller silent this long has its unacknowledged results recovered by the others")

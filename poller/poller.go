@@ -30,8 +30,10 @@ type Config struct {
 	// ID names this poller's processing list; default a random id. Reusing
 	// the id of a killed poller makes it process that poller's batch first.
 	ID string
-	// Batch is the most results applied in one transaction. Default 100,
-	// at most queue.MaxBatch.
+	// Batch is the most results applied in one transaction. Default 1000,
+	// at most queue.MaxBatch. A batch is held in memory: at most Batch
+	// results of at most MaxResultBytes each (64 MiB at the defaults; a
+	// few hundred KiB for typical results).
 	Batch int
 	// MaxResultBytes is the largest result accepted; larger ones are
 	// dead-lettered. Default protocol.DefaultMaxResultBytes.
@@ -57,7 +59,7 @@ func (c Config) withDefaults() Config {
 		c.ID = newID()
 	}
 	if c.Batch <= 0 {
-		c.Batch = 100
+		c.Batch = 1000
 	}
 	c.Batch = min(c.Batch, queue.MaxBatch)
 	if c.MaxResultBytes <= 0 {
