@@ -472,7 +472,7 @@ UPDATE bigtables AS b SET
     failing_since = ` + usTime("u.failing_since") + `,
     last_delay_ms = COALESCE(u.last_delay_ms, 0),
     disabled_until_update = COALESCE(u.disabled, false),
-    disabled_reason = CASE WHEN u.disabled THEN u.reason END,
+    disabled_reason = CASE WHEN u.disabled THEN COALESCE(u.reason, '') END,
     status_message = NULLIF(u.status, ''),
     updated_at = now()
 FROM unnest($1::text[], $2::bigint[], $3::text[], $4::int[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bool[], $9::text[], $10::text[], $11::bigint[], $12::tid[])

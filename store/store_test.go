@@ -312,6 +312,7 @@ func TestSaveRoundTrip(t *testing.T) {
 			Disabled: true, DisabledReason: "reason " + uids[i]}, "status " + uids[i]
 	}
 	zero := func(int) (refresh.State, string) { return refresh.State{}, "" }
+	disabled := func(int) (refresh.State, string) { return refresh.State{Disabled: true}, "" }
 	mixed := func(i int) (refresh.State, string) {
 		if i == 1 {
 			return full(i)
@@ -321,7 +322,7 @@ func TestSaveRoundTrip(t *testing.T) {
 	for _, step := range []struct {
 		name  string
 		batch func(int) (refresh.State, string)
-	}{{"full", full}, {"zero", zero}, {"full again", full}, {"mixed", mixed}} {
+	}{{"full", full}, {"zero", zero}, {"full again", full}, {"mixed", mixed}, {"disabled without reasons", disabled}} {
 		name, batch := step.name, step.batch
 		err := s.InTx(ctx, func(tx *store.Tx) error {
 			rows, err := tx.Lock(ctx, uids)
