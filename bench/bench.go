@@ -605,7 +605,11 @@ func (e *env) scale(ctx context.Context) (small, large float64, err error) {
 			if round > 0 && (best == 0 || d < best) { // round 0 warms caches
 				best = d
 			}
-			fmt.Fprintf(e.cfg.Progress, "\r\033[K  tick with %d rows stored: best %.1f ms", stored, float64(best.Microseconds())/1000)
+			if round == 0 {
+				fmt.Fprintf(e.cfg.Progress, "\r\033[K  tick with %d rows stored: warming up", stored)
+			} else {
+				fmt.Fprintf(e.cfg.Progress, "\r\033[K  tick with %d rows stored: best %.1f ms", stored, float64(best.Microseconds())/1000)
+			}
 		}
 		return float64(best.Microseconds()) / 1000, nil
 	}
