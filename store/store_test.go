@@ -340,6 +340,27 @@ func TestSaveRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
+		// Every way of reading a row reads it alike: Get, List, Lock and,
+		// for rows due or expired, ClaimDue (the transaction rolls back).
+		listed, err := s.List(ctx, store.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var locked map[string]store.Row
+		claimed := map[string]store.Row{}
+		s.InTx(ctx, func(tx *store.Tx) error {
+			if locked, err = tx.Lock(ctx, uids); err != nil {
+				t.Fatal(err)
+			}
+			rows, err := tx.ClaimDue(ctx, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range rows {
+				claimed[r.UID] = r
+			}
+			return errors.New("roll back")
+		})
 		for i, uid := range uids {
 			got, err := s.Get(ctx, uid)
 			if err != nil {
@@ -349,6 +370,19 @@ func TestSaveRoundTrip(t *testing.T) {
 			if got.State != want || got.StatusMessage != status {
 				t.Errorf("%s: %s read back %+v %q\nwant %+v %q", name, uid, got.State, got.StatusMessage, want, status)
 			}
+			if listed[i].UID != uid || listed[i].State != got.State || listed[i].StatusMessage != got.StatusMessage ||
+				!listed[i].UpdatedAt.Equal(got.UpdatedAt) || !listed[i].CreatedAt.Equal(got.CreatedAt) {
+				t.Errorf("%s: List read %s as %+v; Get as %+v", name, uid, listed[i], got)
+			}
+			if l := locked[uid]; l.State != got.State || l.StatusMessage != got.StatusMessage || l.Definition.InputURL != got.InputURL {
+				t.Errorf("%s: Lock read %s as %+v; Get as %+v", name, uid, l, got)
+			}
+			if c, ok := claimed[uid]; ok && (c.State != got.State || c.StatusMessage != got.StatusMessage) {
+				t.Errorf("%s: ClaimDue read %s as %+v; Get as %+v", name, uid, c, got)
+			}
+		}
+		if st, _ := batch(1); st.DeadlineAt.Before(time.Now()) && !st.DeadlineAt.IsZero() && len(claimed) == 0 {
+			t.Errorf("%s: ClaimDue claimed nothing; the check of its reads did not run", name)
 		}
 	}
 }
