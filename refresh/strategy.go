@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/big"
+	"slices"
 	"strings"
 	"time"
 )
@@ -296,7 +297,7 @@ func (s Strategy) Validate() error {
 		return bad("kind %q: expected one of list, exponential, linear, fibonacci, progressive, fix, random-range, random, random-exp-backoff, rand-cycle", s.Kind)
 	}
 	for _, f := range s.setFields() {
-		if !contains(fields, f) {
+		if !slices.Contains(fields, f) {
 			return bad("%s: field %s does not apply (it takes %s)", s.Kind, f, strings.Join(fields, ", "))
 		}
 	}
@@ -480,15 +481,6 @@ func (s Strategy) setFields() []string {
 	add("cycle_ms", s.CycleMs != nil)
 	add("max_retry", s.MaxRetry != nil)
 	return out
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 // ParseStrategy reads a strategy from JSON ({"kind": ...}) or from the

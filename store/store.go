@@ -194,30 +194,11 @@ func micros(t time.Time) int64 {
 	return t.UnixMicro()
 }
 
-// ints, strs and bools pass a column's values as an array parameter, or as
-// NULL when every value is the column's zero (zero is -1 for times): see
-// saveStates.
-func ints(v []int64, zero int64) pq.Int64Array {
+// orNull returns v, or nil (sent as a NULL array) when every value is the
+// column's zero (-1 for times): see saveStates.
+func orNull[T comparable](v []T, zero T) []T {
 	for _, x := range v {
 		if x != zero {
-			return v
-		}
-	}
-	return nil
-}
-
-func strs(v []string) pq.StringArray {
-	for _, x := range v {
-		if x != "" {
-			return v
-		}
-	}
-	return nil
-}
-
-func bools(v []bool) pq.BoolArray {
-	for _, x := range v {
-		if x {
 			return v
 		}
 	}
@@ -507,10 +488,11 @@ func (tx *Tx) Save(ctx context.Context, rows []Row) error {
 		disabled[i], reason[i], status[i] = r.Disabled, r.DisabledReason, r.StatusMessage
 		lastDelay[i] = r.LastDelay.Milliseconds()
 	}
-	res, err := tx.tx.ExecContext(ctx, saveStates, pq.StringArray(uid), ints(refreshAt, -1),
-		strs(attemptUID), ints(attemptNo, 0), ints(startedAt, -1), ints(deadlineAt, -1),
-		ints(failingSince, -1), bools(disabled), strs(reason), strs(status),
-		ints(lastDelay, 0), pq.StringArray(tid))
+	res, err := tx.tx.ExecContext(ctx, saveStates, pq.StringArray(uid), pq.Int64Array(orNull(refreshAt, -1)),
+		pq.StringArray(orNull(attemptUID, "")), pq.Int64Array(orNull(attemptNo, 0)), pq.Int64Array(orNull(startedAt, -1)),
+		pq.Int64Array(orNull(deadlineAt, -1)), pq.Int64Array(orNull(failingSince, -1)), pq.BoolArray(orNull(disabled, false)),
+		pq.StringArray(orNull(reason, "")), pq.StringArray(orNull(status, "")), pq.Int64Array(orNull(lastDelay, 0)),
+		pq.StringArray(tid))
 	if err != nil {
 		return fmt.Errorf("save %d states: %w", n, err)
 	}
@@ -567,7 +549,7 @@ func (tx *Tx) RecordAttempts(ctx context.Context, attempts []Attempt) error {
 		o[i], m[i], d[i] = string(at.Outcome), at.Message, at.Decision
 	}
 	_, err := tx.tx.ExecContext(ctx, insertAttempts, pq.StringArray(a), pq.StringArray(u), pq.Int64Array(no),
-		pq.Int64Array(s), pq.Int64Array(f), pq.StringArray(o), strs(m), strs(d))
+		pq.Int64Array(s), pq.Int64Array(f), pq.StringArray(o), pq.StringArray(orNull(m, "")), pq.StringArray(orNull(d, "")))
 	if err != nil {
 		return fmt.Errorf("record %d attempts: %w", n, err)
 	}
