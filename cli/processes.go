@@ -2,7 +2,11 @@ package cli
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/bigtables/bigtables/poller"
@@ -71,14 +75,19 @@ func runWorker(ctx context.Context, e env, args []string) error {
 	var cfg Config
 	var concurrency int
 	var command string
-	fs := flagSet(e, "worker", "worker [--concurrency N] [--exec CMD]", &cfg)
+	var grace time.Duration
+	fs := flagSet(e, "worker", "worker [--concurrency N] [--exec CMD] [--shutdown-grace D]", &cfg)
 	fs.IntVar(&concurrency, "concurrency", 4, "jobs run at once")
-	fs.StringVar(&command, "exec", "", "run CMD (sh -c) per job, job JSON on stdin; exit 0 is success (default: HTTP GET input_url)")
+	fs.StringVar(&command, "exec", "", "run CMD (sh -c) per job in a process group of its own, job JSON on stdin; exit 0 is success (default: HTTP GET input_url)")
+	fs.DurationVar(&grace, "shutdown-grace", 0, "on SIGINT/SIGTERM, stop the jobs in hand after D, pushing nothing for them (0: let them finish; a second signal stops them at once)")
 	if _, err := parse(fs, args, 0); err != nil {
 		return err
 	}
 	if concurrency < 1 || concurrency > 1000 {
 		return usagef("--concurrency %d: expected 1 to 1000", concurrency)
+	}
+	if grace < 0 {
+		return usagef("--shutdown-grace %v: expected 0 (no limit) or more", grace)
 	}
 	tuneGC(e)
 	log, err := cfg.logger(e)
@@ -89,7 +98,35 @@ func runWorker(ctx context.Context, e env, args []string) error {
 	if command != "" {
 		h = worker.Exec(command)
 	}
+	abort, stopAbort := abortOnSecondSignal(log)
+	defer stopAbort()
 	return cfg.withQueue(ctx, func(q *queue.Queue) error {
-		return worker.Run(ctx, worker.Options{Queue: q, Concurrency: concurrency, Logger: log}, h)
+		return worker.Run(ctx, worker.Options{Queue: q, Concurrency: concurrency, ShutdownGrace: grace, Abort: abort, Logger: log}, h)
 	})
+}
+
+// abortOnSecondSignal returns a context cancelled by the second SIGINT or
+// SIGTERM: the first one (which also cancels the command's context) starts
+// the graceful stop.
+func abortOnSecondSignal(log *slog.Logger) (context.Context, func()) {
+	abort, cancel := context.WithCancel(context.Background())
+	sig := make(chan os.Signal, 2)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		defer signal.Stop(sig)
+		for n := 0; ; {
+			select {
+			case <-abort.Done():
+				return
+			case <-sig:
+				if n++; n == 2 {
+					log.Warn("second signal: stopping the jobs in hand; no result is pushed for them")
+					cancel()
+					return
+				}
+				log.Info("stopping: finishing the jobs in hand (a second signal stops them)")
+			}
+		}
+	}()
+	return abort, cancel
 }
