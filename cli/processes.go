@@ -79,7 +79,7 @@ func runWorker(ctx context.Context, e env, args []string) error {
 	fs := flagSet(e, "worker", "worker [--concurrency N] [--exec CMD] [--shutdown-grace D]", &cfg)
 	fs.IntVar(&concurrency, "concurrency", 4, "jobs run at once")
 	fs.StringVar(&command, "exec", "", "run CMD (sh -c) per job in a process group of its own, job JSON on stdin; exit 0 is success (default: HTTP GET input_url)")
-	fs.DurationVar(&grace, "shutdown-grace", 0, "on SIGINT/SIGTERM, stop the jobs in hand after D, pushing nothing for them (0: let them finish; a second signal stops them at once)")
+	fs.DurationVar(&grace, "shutdown-grace", 0, "on SIGINT/SIGTERM, stop the jobs in hand after D, pushing nothing for them (0: let them finish; a second signal, a second or more after the first, stops them at once)")
 	if _, err := parse(fs, args, 0); err != nil {
 		return err
 	}
@@ -105,28 +105,38 @@ func runWorker(ctx context.Context, e env, args []string) error {
 	})
 }
 
-// abortOnSecondSignal returns a context cancelled by the second SIGINT or
+// abortOnSecondSignal returns a context cancelled by a second SIGINT or
 // SIGTERM: the first one (which also cancels the command's context) starts
-// the graceful stop.
+// the graceful stop. Signals within a second of the first count as the same
+// one: a Ctrl-C reaches every process of the terminal's foreground group,
+// and a wrapper script that forwards its own SIGTERM to the worker then
+// delivers two at once.
 func abortOnSecondSignal(log *slog.Logger) (context.Context, func()) {
 	abort, cancel := context.WithCancel(context.Background())
-	sig := make(chan os.Signal, 2)
+	sig := make(chan os.Signal, 4)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 	go func() {
-		defer signal.Stop(sig)
-		for n := 0; ; {
+		var first time.Time
+		for {
 			select {
 			case <-abort.Done():
 				return
-			case <-sig:
-				if n++; n == 2 {
-					log.Warn("second signal: stopping the jobs in hand; no result is pushed for them")
+			case s := <-sig:
+				switch {
+				case first.IsZero():
+					first = time.Now()
+					log.Info("stopping: finishing the jobs in hand (a second signal stops them)", "signal", s.String())
+				case time.Since(first) < time.Second:
+					log.Debug("signal ignored: it came with the first one", "signal", s.String())
+				default:
+					log.Warn("second signal: stopping the jobs in hand; no result is pushed for them", "signal", s.String())
 					cancel()
 					return
 				}
-				log.Info("stopping: finishing the jobs in hand (a second signal stops them)")
 			}
 		}
 	}()
-	return abort, cancel
+	// Further signals stay caught until the worker returns: one that killed
+	// it would cut its last result push or log line.
+	return abort, func() { signal.Stop(sig); cancel() }
 }
