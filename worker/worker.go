@@ -14,6 +14,11 @@
 //
 // Return Permanent(reason, err) for a failure retrying cannot fix: the record
 // is disabled at once and reason is shown to the customer.
+//
+// Jobs whose deadline has passed, or whose attempt was cancelled, are dropped
+// without calling the handler. A final result is pushed at most once per
+// attempt. On shutdown the jobs in hand finish; a job stopped early
+// (Options.Abort, Options.ShutdownGrace) pushes nothing.
 package worker
 
 import (
@@ -139,6 +144,8 @@ type reporter struct {
 
 // Status reports progress on the job the context belongs to; the message
 // becomes the record's status_message. It returns an error outside a handler.
+// A status is pushed with a plain RPUSH, which go-redis may re-send after a
+// lost reply: a duplicated status sets the same message again, harmlessly.
 func Status(ctx context.Context, message string) error {
 	r, ok := ctx.Value(reporterKey{}).(*reporter)
 	if !ok {
@@ -239,7 +246,8 @@ func loop(ctx context.Context, opts Options, h Handler, log *slog.Logger) {
 }
 
 // Handle runs h on one job and pushes its result. It is what Run does for
-// each job; call it directly to drive jobs from elsewhere. A job whose
+// each job; call it directly to drive jobs from elsewhere (Options.Abort
+// applies, Options.ShutdownGrace is Run's). A job whose
 // deadline has passed, or whose attempt was cancelled, is dropped without
 // calling h: it can no longer count, and skipping it keeps the input list
 // bounded by what can still run when workers lag.
