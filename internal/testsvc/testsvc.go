@@ -8,12 +8,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
-	"net/url"
 	"os"
 	"testing"
 	"time"
 
+	"github.com/bigtables/bigtables/internal/redact"
 	"github.com/bigtables/bigtables/queue"
 	"github.com/bigtables/bigtables/store"
 	"github.com/jmoiron/sqlx"
@@ -63,7 +62,7 @@ func Database(t testing.TB) string {
 		db.Close()
 	}
 	if err != nil {
-		unavailable(t, "PostgreSQL at "+redact(admin), err)
+		unavailable(t, "PostgreSQL at "+redact.URL(admin), err)
 	}
 	dbURL, drop, err := store.ScratchDatabase(ctx, admin, "bt_test")
 	if err != nil {
@@ -93,14 +92,6 @@ func Redis(t testing.TB) (string, redis.UniversalClient, queue.Names) {
 		rdb.Close()
 	})
 	return rawURL, rdb, names
-}
-
-func redact(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(bad URL)"
-	}
-	return fmt.Sprint(u.Redacted())
 }
 
 // Store opens a migrated store on a fresh database for the test.
