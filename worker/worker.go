@@ -24,6 +24,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/bigtables/bigtables/internal/wait"
 	"github.com/bigtables/bigtables/protocol"
 	"github.com/bigtables/bigtables/queue"
 )
@@ -136,7 +137,7 @@ func loop(ctx context.Context, opts Options, h Handler, log *slog.Logger) {
 		if err != nil {
 			backoff = min(max(2*backoff, 100*time.Millisecond), 10*time.Second)
 			log.Error("pop job failed; retrying", "err", err, "retry_in", backoff)
-			sleep(ctx, backoff)
+			wait.Sleep(ctx, backoff)
 			continue
 		}
 		backoff = 0
@@ -187,7 +188,7 @@ func Handle(ctx context.Context, opts Options, job protocol.Job, h Handler) {
 	// Push until it lands or the attempt is over (a later result is stale).
 	pushCtx, cancelPush := context.WithDeadline(ctx, job.DeadlineAt.Add(5*time.Second))
 	defer cancelPush()
-	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+	for delay := 100 * time.Millisecond; ; delay = min(2*delay, 2*time.Second) {
 		err := q.PushResult(pushCtx, res.Encode())
 		if err == nil {
 			return
@@ -197,8 +198,8 @@ func Handle(ctx context.Context, opts Options, job protocol.Job, h Handler) {
 				"uid", job.BigTableUID, "attempt_uid", job.AttemptUID, "err", err)
 			return
 		}
-		log.Warn("push result failed; retrying", "err", err, "retry_in", wait)
-		sleep(pushCtx, wait)
+		log.Warn("push result failed; retrying", "err", err, "retry_in", delay)
+		wait.Sleep(pushCtx, delay)
 	}
 }
 
@@ -238,13 +239,4 @@ func safeCall(ctx context.Context, h Handler, job protocol.Job) (err error) {
 		}
 	}()
 	return h(ctx, job)
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }
