@@ -40,6 +40,7 @@ var (
 	reWaitNext   = regexp.MustCompile("^(?:reset `?attempt_no`?|wait until (?:the )?next scheduled refresh|reset `?attempt_no`? and wait until (?:the )?next scheduled refresh)$")
 	reEmail      = regexp.MustCompile(`^(?:email|send) the customer`)
 	reHeader     = regexp.MustCompile(`^(?:retry policy|key moments):?$`)
+	reTimeSep    = regexp.MustCompile(`\s*(?:,|\band\b)\s*`)
 	reClock      = regexp.MustCompile(`^(\d{1,2})(?::(\d\d))?\s*(am|pm)?$`)
 	reNoRetry    = regexp.MustCompile(`^(?:do not|don't|never) retry$`)
 	reAlign      = regexp.MustCompile(`^(?:keep refreshes aligned with the schedule.*|start refresh every day at a specific time.*)$`)
@@ -128,7 +129,7 @@ func ParseReadable(text string, base *Policy) (Readable, error) {
 			out.Schedule = fmt.Sprintf("RRULE:FREQ=%s;INTERVAL=%d", freq, n)
 		case m(reDailyAt) != nil:
 			var hours, minutes []string
-			for _, part := range regexp.MustCompile(`\s*(?:,|\band\b)\s*`).Split(m(reDailyAt)[1], -1) {
+			for _, part := range reTimeSep.Split(m(reDailyAt)[1], -1) {
 				c := reClock.FindStringSubmatch(strings.TrimSpace(part))
 				if c == nil {
 					return out, bad("expected times such as 6 AM, 4 PM or 14:30")
