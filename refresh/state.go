@@ -46,6 +46,43 @@ type State struct {
 // Running reports whether an attempt is in progress.
 func (s State) Running() bool { return s.AttemptUID != "" }
 
+// Phase is where a record stands, in one word, for people: list and plan
+// print it. More phases may come (paused, parked); code that acts on a
+// record reads the state's fields, not its phase.
+type Phase string
+
+// The phases of a record.
+const (
+	// PhaseDisabled: a final failure disabled the record until an update.
+	PhaseDisabled Phase = "disabled"
+	// PhaseRunning: an attempt is in progress.
+	PhaseRunning Phase = "running"
+	// PhaseIdle: nothing is planned (a one-off record that succeeded, or a
+	// schedule with no more occurrences).
+	PhaseIdle Phase = "idle"
+	// PhaseRetrying: an attempt failed since the last success and the next
+	// one (at RefreshAt) is its retry.
+	PhaseRetrying Phase = "retrying"
+	// PhaseWaiting: healthy, waiting for the next planned refresh.
+	PhaseWaiting Phase = "waiting"
+)
+
+// Phase returns the record's phase. Disabled wins over everything, then a
+// running attempt, then what is planned.
+func (s State) Phase() Phase {
+	switch {
+	case s.Disabled:
+		return PhaseDisabled
+	case s.Running():
+		return PhaseRunning
+	case s.RefreshAt.IsZero():
+		return PhaseIdle
+	case s.AttemptNo > 0:
+		return PhaseRetrying
+	}
+	return PhaseWaiting
+}
+
 // Due reports whether the scheduler should start an attempt at now.
 func (s State) Due(now time.Time) bool {
 	return !s.Disabled && !s.Running() && !s.RefreshAt.IsZero() && !s.RefreshAt.After(now)

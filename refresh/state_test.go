@@ -344,3 +344,24 @@ func TestNewAttemptUID(t *testing.T) {
 		seen[id] = true
 	}
 }
+
+func TestPhase(t *testing.T) {
+	at := time.Date(2024, 3, 4, 6, 0, 0, 0, time.UTC)
+	tests := []struct {
+		s    State
+		want Phase
+	}{
+		{State{RefreshAt: at}, PhaseWaiting},
+		{State{RefreshAt: at, AttemptNo: 2}, PhaseRetrying},
+		{State{RefreshAt: at, AttemptUID: "a", AttemptNo: 1, DeadlineAt: at}, PhaseRunning},
+		{State{AttemptUID: "a", AttemptNo: 3, DeadlineAt: at}, PhaseRunning},
+		{State{}, PhaseIdle},
+		{State{Disabled: true, DisabledReason: "x", AttemptNo: 7}, PhaseDisabled},
+		{State{Disabled: true, AttemptUID: "a", RefreshAt: at}, PhaseDisabled},
+	}
+	for _, tt := range tests {
+		if got := tt.s.Phase(); got != tt.want {
+			t.Errorf("%+v.Phase() = %s; want %s", tt.s, got, tt.want)
+		}
+	}
+}
