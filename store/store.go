@@ -45,7 +45,15 @@ var (
 	ErrNotFound = errors.New("no such record")
 	// ErrExists means a record with the uid already exists.
 	ErrExists = errors.New("record already exists")
+	// ErrBadURL means Open was given a URL that is not a PostgreSQL URL:
+	// retrying cannot help.
+	ErrBadURL = errors.New("not a PostgreSQL URL")
 )
+
+type badURLError struct{ msg string }
+
+func (e badURLError) Error() string        { return e.msg }
+func (e badURLError) Is(target error) bool { return target == ErrBadURL }
 
 // Store is a PostgreSQL connection pool with bigtables' statements.
 type Store struct {
@@ -82,7 +90,7 @@ func (s *Store) Close() error { return s.db.Close() }
 func withConnectTimeout(rawURL string) (string, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-		return "", fmt.Errorf("database URL %s: expected postgres://user:password@host:port/dbname?sslmode=disable", redact.URL(rawURL))
+		return "", badURLError{fmt.Sprintf("database URL %s: expected postgres://user:password@host:port/dbname?sslmode=disable", redact.URL(rawURL))}
 	}
 	q := u.Query()
 	if q.Get("connect_timeout") == "" {
