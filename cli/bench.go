@@ -12,10 +12,6 @@ import (
 	"github.com/bigtables/bigtables/bench"
 )
 
-func init() {
-	commands["bench"] = command{"measure throughput, latency, scaling and memory against local services", runBench}
-}
-
 func runBench(ctx context.Context, e env, args []string) error {
 	var cfg Config
 	var bc bench.Config
@@ -36,8 +32,7 @@ func runBench(ctx context.Context, e env, args []string) error {
 	if bc.Records < 100 || bc.ScaleRows < 10_000 || bc.Backlog < 1000 || bc.Workers < 1 {
 		return usagef("--records must be at least 100, --scale-rows 10000, --backlog 1000, --workers 1")
 	}
-	tuneGC(e)
-	if _, err := cfg.logger(e); err != nil { // also quiets the Redis client's own log
+	if _, err := cfg.startProcess(e); err != nil { // also quiets the Redis client's own log
 		return err
 	}
 	bc.AdminURL, bc.RedisURL, bc.Progress = cfg.DatabaseURL, cfg.RedisURL, e.stderr

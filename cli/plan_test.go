@@ -54,7 +54,7 @@ func TestPlanSeedTimelines(t *testing.T) {
 				"--timeout", "10h", "--outcomes", "failure:10m,success"},
 			[]string{"06:00:00 failure 16:00:00 | aligned: the retry (after 0s) would still run at the planned refresh at 2024-03-04 16:00:00",
 				"16:00:00 success 06:00:00 | success: next planned refresh"},
-			"final state: refresh_at 2024-03-05T06:00:00Z, attempt_no 0"},
+			"final state: waiting, refresh_at 2024-03-05T06:00:00Z, attempt_no 0"},
 		{"2 PM with a 2h timeout: the 1:30 PM retry moves to 2 PM (seed edge case)",
 			[]string{"--schedule", "DTSTART:20240304T140000Z\nRRULE:FREQ=DAILY", "--start", "2024-03-04T12:30:00Z",
 				"--timeout", "2h", "--retries", "30m", "--outcomes", "failure:30m"},

@@ -25,13 +25,12 @@ func runScheduler(ctx context.Context, e env, args []string) error {
 	if sc.Interval <= 0 || sc.Batch <= 0 || sc.Batch > 100_000 {
 		return usagef("--interval must be positive and --batch from 1 to 100000")
 	}
-	tuneGC(e)
-	log, err := cfg.logger(e)
+	log, err := cfg.startProcess(e)
 	if err != nil {
 		return err
 	}
 	sc.Logger = log
-	return cfg.withBoth(ctx, func(st *store.Store, q *queue.Queue) error {
+	return cfg.runProcess(ctx, e, log, true, func(st *store.Store, q *queue.Queue) error {
 		return scheduler.New(st, q, sc).Run(ctx)
 	})
 }
@@ -56,13 +55,12 @@ func runPoller(ctx context.Context, e env, args []string) error {
 	if pc.MaxResultBytes < 1024 {
 		return usagef("--max-result-bytes %d: expected at least 1024", pc.MaxResultBytes)
 	}
-	tuneGC(e)
-	log, err := cfg.logger(e)
+	log, err := cfg.startProcess(e)
 	if err != nil {
 		return err
 	}
 	pc.Logger = log
-	return cfg.withBoth(ctx, func(st *store.Store, q *queue.Queue) error {
+	return cfg.runProcess(ctx, e, log, true, func(st *store.Store, q *queue.Queue) error {
 		return poller.New(st, q, pc).Run(ctx)
 	})
 }
@@ -80,8 +78,7 @@ func runWorker(ctx context.Context, e env, args []string) error {
 	if concurrency < 1 || concurrency > 1000 {
 		return usagef("--concurrency %d: expected 1 to 1000", concurrency)
 	}
-	tuneGC(e)
-	log, err := cfg.logger(e)
+	log, err := cfg.startProcess(e)
 	if err != nil {
 		return err
 	}
@@ -89,7 +86,7 @@ func runWorker(ctx context.Context, e env, args []string) error {
 	if command != "" {
 		h = worker.Exec(command)
 	}
-	return cfg.withQueue(ctx, func(q *queue.Queue) error {
+	return cfg.runProcess(ctx, e, log, false, func(_ *store.Store, q *queue.Queue) error {
 		return worker.Run(ctx, worker.Options{Queue: q, Concurrency: concurrency, Logger: log}, h)
 	})
 }
