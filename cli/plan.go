@@ -174,7 +174,8 @@ func planJSON(p refresh.Plan, loc *time.Location) planView {
 	return v
 }
 
-// writeMermaid prints a Gantt chart like the seed's.
+// writeMermaid prints the plan as a Mermaid Gantt chart: a milestone at each
+// start and end, a bar per attempt.
 func writeMermaid(e env, p refresh.Plan, loc *time.Location) {
 	w := e.stdout
 	ts := func(t time.Time) string { return t.In(loc).Format("2006-01-02T15:04:05") }

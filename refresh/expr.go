@@ -8,7 +8,8 @@ import (
 	"time"
 )
 
-// Readable is a policy written as sentences, the seed's 'expr' form:
+// Readable is a policy written as sentences (the --expr form), as the
+// original BigTable refresh design wrote its examples:
 //
 //   - Refresh the model every 2 hours
 //   - Allow 1 hour for a response

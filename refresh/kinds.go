@@ -22,7 +22,8 @@ type kindSpec struct {
 	fields []string
 	// required are the fields the JSON Schema requires besides kind.
 	required []string
-	// safely marks the safely family: max_retry is required, from 0 to
+	// safely marks the safely family (docs/design.md, "Words"): max_retry is
+	// required, from 0 to
 	// 1000, and the failure of attempt max_retry+1 exhausts the retries.
 	safely bool
 	// randomized is true when the kind draws random numbers even without

@@ -1,5 +1,5 @@
 // Package refresh is the pure core of bigtables: the refresh-retry state
-// machine of the seed design, its policies and durations. It imports no
+// machine (docs/design.md, "Transitions"), its policies and durations. It imports no
 // database or Redis code and never reads the clock: every transition takes
 // now as an argument and returns the new state as a value, which the store
 // applies in one guarded statement.
@@ -115,7 +115,8 @@ var (
 )
 
 // NewAttemptUID returns a new attempt id: a cuid drawn from crypto/rand, so
-// replicas started in the same second cannot collide (LIBRARY-NOTES.md).
+// replicas started in the same second cannot collide (cuid.New seeds its
+// randomness with the start second; docs/design.md, "lucsky/cuid").
 func NewAttemptUID() string {
 	id, err := cuid.NewCrypto(rand.Reader)
 	if err != nil {
@@ -287,7 +288,8 @@ func (r Rules) fail(s State, now time.Time, f Failure) (State, Step, error) {
 }
 
 // final disables the record. The reason shown is the worker's user-friendly
-// reason if it gave one, else why, else the seed's default text.
+// reason if it gave one, else why, else "Cannot refresh BigTable after N
+// attempt(s)" (docs/design.md, T5).
 func final(s State, workerReason, why string) State {
 	s.RefreshAt = time.Time{}
 	s.DeadlineAt = time.Time{}

@@ -14,14 +14,16 @@ import (
 // Strategy kinds. Each answers one question: after the failure of attempt k,
 // how long to wait, or are the retries exhausted. Alignment with the
 // schedule, timeouts, on_exhausted and give_up_after are the state machine's
-// and apply to every kind alike.
+// and apply to every kind alike. Each kind's rules are its entry in the
+// table kinds (kinds.go); docs/design.md, "Retry strategies".
 const (
-	KindList        = "list"        // seed 000: explicit delays
-	KindExponential = "exponential" // seed 002: min(initial * multiplier^(k-1), max)
-	KindLinear      = "linear"      // seed 002: min(initial * k, max)
-	KindFibonacci   = "fibonacci"   // seed 001: unit * fib(k), fib = 1, 1, 2, 3, 5, ...
-	KindProgressive = "progressive" // seed 001: the interval grows with how long the record has failed
-	// The safely family (seed 003), in milliseconds as there.
+	KindList        = "list"        // explicit delays: delays[k-1], exhausted after len+1 attempts
+	KindExponential = "exponential" // min(initial * multiplier^(k-1), max)
+	KindLinear      = "linear"      // min(initial * k, max)
+	KindFibonacci   = "fibonacci"   // unit * fib(k), fib = 1, 1, 2, 3, 5, ...
+	KindProgressive = "progressive" // the interval grows with how long the record has failed
+	// The safely family (docs/design.md, "Words"): delays in milliseconds,
+	// max_retry retries.
 	KindFix              = "fix"
 	KindRandomRange      = "random-range"
 	KindRandom           = "random"
@@ -31,7 +33,7 @@ const (
 
 // Jitter kinds, for list, exponential, linear and fibonacci.
 const (
-	JitterAdditive     = "additive"     // d + rand[0, d*fraction), still capped by max (seed 002)
+	JitterAdditive     = "additive"     // d + rand[0, d*fraction), still capped by max
 	JitterFull         = "full"         // rand[0, d)
 	JitterEqual        = "equal"        // d/2 + rand[0, d/2)
 	JitterDecorrelated = "decorrelated" // min(max, rand[initial, previous*3)) (AWS)
@@ -44,7 +46,7 @@ type Band struct {
 	Every Duration `json:"every"`
 }
 
-// SeedBands are seed 001's progressive schedule: every 5 minutes during the
+// SeedBands are the default progressive schedule: every 5 minutes during the
 // first day, hourly to 7 days, every 12 hours to 14 days, daily to 30 days,
 // every 96 hours to 180 days, every 192 hours to 360 days, then give up.
 func SeedBands() []Band {
@@ -59,7 +61,7 @@ func SeedBands() []Band {
 type Jitter struct {
 	Kind string `json:"kind"`
 	// Fraction, for additive jitter: the added delay is below d*fraction.
-	// Default 0.25 (seed 002).
+	// Default 0.25.
 	Fraction float64 `json:"fraction,omitempty"`
 }
 
@@ -78,7 +80,7 @@ type Strategy struct {
 	Bands       []Band     `json:"bands,omitempty"`        // progressive (default SeedBands)
 	Jitter      *Jitter    `json:"jitter,omitempty"`
 
-	// The safely family, in milliseconds.
+	// The safely family (docs/design.md, "Words"), in milliseconds.
 	Ms       int64   `json:"ms,omitempty"`        // fix
 	MinMs    int64   `json:"min_ms,omitempty"`    // random-range
 	MaxMs    int64   `json:"max_ms,omitempty"`    // random-range; cap for random-exp-backoff
@@ -103,7 +105,8 @@ type Input struct {
 	Draw float64
 }
 
-// ListStrategy returns the seed's explicit list strategy.
+// ListStrategy returns the list strategy: explicit delays, the form of the
+// default policy.
 func ListStrategy(delays ...Duration) Strategy {
 	return Strategy{Kind: KindList, Delays: append([]Duration{}, delays...)}
 }
@@ -170,14 +173,15 @@ func (s Strategy) bands() []Band {
 	return s.Bands
 }
 
-// safelyRandom is safely's ":random base :+/- pct": uniform in
+// safelyRandom is the safely family's "random base +/- pct": uniform in
 // [base - int(base*pct), base + int(base*pct)).
 func safelyRandom(base int64, pct, draw float64) int64 {
 	spread := int64(float64(base) * pct)
 	return base - spread + int64(draw*float64(2*spread))
 }
 
-// ExpBackoffMs is safely's exponential sequence, in exact arithmetic: with
+// ExpBackoffMs is the safely family's exponential sequence, in exact
+// arithmetic: with
 // size = floor(log10 base) and factor = 10^size, the delay after failure k is
 // floor(factor * (base/factor)^k), capped by maxMs when maxMs > 0. Base 3000
 // gives 3000, 9000, 27000, 81000, 243000; base 200 gives 200, 400, 800.
