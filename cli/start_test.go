@@ -9,31 +9,12 @@ import (
 	"net"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/bigtables/bigtables/internal/testsvc"
 	"github.com/bigtables/bigtables/internal/wait"
 )
-
-// syncBuffer is a buffer a command's goroutines write while the test reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // closedPort returns a local port nothing listens on (for now).
 func closedPort(t *testing.T) string {
@@ -111,7 +92,7 @@ func TestProcessesWaitForTheirServicesAtStart(t *testing.T) {
 			}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			var stderr syncBuffer
+			var stderr testsvc.SyncBuffer
 			sleeps := 0
 			e := envFor(env, io.Discard, &stderr)
 			e.backoff = wait.Backoff{First: time.Second, Sleep: func(ctx context.Context, d time.Duration) error {

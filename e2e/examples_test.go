@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/bigtables/bigtables/internal/testsvc"
 )
 
 // exampleWorkers are the workers in other languages, each as a command run
@@ -102,7 +104,7 @@ func TestExamplesEndToEnd(t *testing.T) {
 			worker := exec.Command(args[0], args[1:]...)
 			worker.Dir = ".."
 			worker.Env = s.env
-			var wout syncBuffer
+			var wout testsvc.SyncBuffer
 			worker.Stdout, worker.Stderr = &wout, &wout
 			if err := worker.Start(); err != nil {
 				t.Fatal(err)
