@@ -1,6 +1,6 @@
 // Package bench measures bigtables on the machine it runs on, against local
 // PostgreSQL and Redis, as ratios taken in the same run: the real scheduler
-// and poller end to end against the seed's row-at-a-time design, each loop
+// and poller end to end against the original row-at-a-time design, each loop
 // alone, latencies, how a tick's cost scales with the rows stored, and the
 // poller's memory while it drains a backlog. It creates its own database
 // and Redis keys and removes them afterwards.
@@ -142,7 +142,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			res.CyclesPerSec = r
 			return err
 		}},
-		{"baseline", "end to end, the seed's row-at-a-time design", func() error {
+		{"baseline", "end to end, the original row-at-a-time design", func() error {
 			r, err := e.baseline(ctx)
 			res.BaselineCyclesPerSec = r
 			return err
@@ -321,7 +321,7 @@ func (e *env) workers(ctx context.Context, n int, onJob func(protocol.Job)) *syn
 }
 
 // waitApplied waits until the pollers have committed want results, reporting
-// progress. It counts in process, as the seed baseline does: polling the
+// progress. It counts in process, as the baseline does: polling the
 // database would load the machine being measured. checkApplied then confirms
 // the count from the history, after the clock has stopped.
 func (e *env) waitApplied(ctx context.Context, pollers []*poller.Poller, want int, label string, start time.Time) error {

@@ -12,10 +12,6 @@ import (
 	"github.com/bigtables/bigtables/bench"
 )
 
-func init() {
-	commands["bench"] = command{"measure throughput, latency, scaling and memory against local services", runBench}
-}
-
 func runBench(ctx context.Context, e env, args []string) error {
 	var cfg Config
 	var bc bench.Config
@@ -36,8 +32,7 @@ func runBench(ctx context.Context, e env, args []string) error {
 	if bc.Records < 100 || bc.ScaleRows < 10_000 || bc.Backlog < 1000 || bc.Workers < 1 {
 		return usagef("--records must be at least 100, --scale-rows 10000, --backlog 1000, --workers 1")
 	}
-	tuneGC(e)
-	if _, err := cfg.logger(e); err != nil { // also quiets the Redis client's own log
+	if _, err := cfg.startProcess(e); err != nil { // also quiets the Redis client's own log
 		return err
 	}
 	bc.AdminURL, bc.RedisURL, bc.Progress = cfg.DatabaseURL, cfg.RedisURL, e.stderr
@@ -69,10 +64,10 @@ func runBench(ctx context.Context, e env, args []string) error {
 		row("end to end, "+thousands(res.Records)+" records (cycles/s)", fmt.Sprintf("%.0f", res.CyclesPerSec), "real scheduler + poller, batched")
 	}
 	if res.BaselineCyclesPerSec > 0 {
-		row("seed's row-at-a-time design (cycles/s)", fmt.Sprintf("%.0f", res.BaselineCyclesPerSec), "same records, same run")
+		row("row-at-a-time baseline design (cycles/s)", fmt.Sprintf("%.0f", res.BaselineCyclesPerSec), "same records, same run")
 	}
 	if res.SpeedupVsBaseline > 0 {
-		row("speed-up over the seed's design", fmt.Sprintf("%.1fx", res.SpeedupVsBaseline), "target >= 20x")
+		row("speed-up over the baseline design", fmt.Sprintf("%.1fx", res.SpeedupVsBaseline), "target >= 20x")
 	}
 	if res.TwoEachCyclesPerSec > 0 {
 		row("two schedulers + two pollers (cycles/s)", fmt.Sprintf("%.0f", res.TwoEachCyclesPerSec), fmt.Sprintf("each record exactly once: %v", res.TwoEachExactlyOnce))

@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/bigtables/bigtables/internal/wait"
 	"github.com/bigtables/bigtables/protocol"
 	"github.com/bigtables/bigtables/queue"
 	"github.com/bigtables/bigtables/refresh"
@@ -292,7 +293,7 @@ func (p *Poller) Run(ctx context.Context) error {
 			lastBeat = time.Time{}
 			backoff = min(max(2*backoff, p.cfg.Idle), p.cfg.MaxBackoff)
 			p.log.Error("poller batch failed; retrying", "err", err, "retry_in", backoff)
-			sleep(ctx, backoff)
+			wait.Sleep(ctx, backoff)
 			continue
 		}
 		if backoff > 0 {
@@ -307,7 +308,7 @@ func (p *Poller) Run(ctx context.Context) error {
 			lastSummary = time.Now()
 		}
 		if n == 0 {
-			sleep(ctx, p.cfg.Idle)
+			wait.Sleep(ctx, p.cfg.Idle)
 		}
 	}
 	releaseCtx, cancel := context.WithTimeout(work, 10*time.Second)
@@ -320,15 +321,6 @@ func (p *Poller) Run(ctx context.Context) error {
 	st := p.Stats()
 	p.log.Info("poller stopped", "applied", st.Applied, "stale", st.Stale, "dead", st.Dead)
 	return nil
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }
 
 // newID returns hostname-pid-random: unique, and readable in Redis.

@@ -22,11 +22,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"strconv"
-	"strings"
 	"time"
 
+	"github.com/bigtables/bigtables/internal/redact"
 	"github.com/bigtables/bigtables/protocol"
 	"github.com/redis/go-redis/v9"
 )
@@ -82,7 +81,7 @@ func (q *Queue) Names() Names { return q.names }
 func Connect(ctx context.Context, rawURL string) (redis.UniversalClient, error) {
 	opt, err := redis.ParseURL(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("parse Redis URL %s: %w", Redact(rawURL), redactErr(err, rawURL))
+		return nil, fmt.Errorf("parse Redis URL %s: %w", redact.URL(rawURL), redact.Error(err, rawURL))
 	}
 	opt.DialTimeout = 5 * time.Second
 	opt.ReadTimeout = 5 * time.Second // blocking pops extend it by their own timeout
@@ -92,44 +91,9 @@ func Connect(ctx context.Context, rawURL string) (redis.UniversalClient, error) 
 	defer cancel()
 	if err := rdb.Ping(pingCtx).Err(); err != nil {
 		rdb.Close()
-		return nil, fmt.Errorf("connect to Redis at %s: %w", Redact(rawURL), redactErr(err, rawURL))
+		return nil, fmt.Errorf("connect to Redis at %s: %w", redact.URL(rawURL), redact.Error(err, rawURL))
 	}
 	return rdb, nil
-}
-
-// Redact returns the URL with any password replaced by "xxxxx".
-func Redact(rawURL string) string {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	return u.Redacted()
-}
-
-type redactedError struct {
-	msg string
-	err error
-}
-
-func (e redactedError) Error() string { return e.msg }
-func (e redactedError) Unwrap() error { return e.err }
-
-func redactErr(err error, rawURL string) error {
-	u, perr := url.Parse(rawURL)
-	if perr != nil || u.User == nil {
-		return err
-	}
-	pw, ok := u.User.Password()
-	if !ok || pw == "" {
-		return err
-	}
-	msg := err.Error()
-	for _, s := range []string{pw, url.QueryEscape(pw), url.PathEscape(pw)} {
-		if s != "" {
-			msg = strings.ReplaceAll(msg, s, "xxxxx")
-		}
-	}
-	return redactedError{msg: msg, err: err}
 }
 
 // PushJobs appends the jobs to the input list in one round trip.

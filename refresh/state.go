@@ -1,5 +1,5 @@
 // Package refresh is the pure core of bigtables: the refresh-retry state
-// machine of the seed design, its policies and durations. It imports no
+// machine (docs/design.md, "Transitions"), its policies and durations. It imports no
 // database or Redis code and never reads the clock: every transition takes
 // now as an argument and returns the new state as a value, which the store
 // applies in one guarded statement.
@@ -46,6 +46,43 @@ type State struct {
 // Running reports whether an attempt is in progress.
 func (s State) Running() bool { return s.AttemptUID != "" }
 
+// Phase is where a record stands, in one word, for people: list and plan
+// print it. More phases may come (paused, parked); code that acts on a
+// record reads the state's fields, not its phase.
+type Phase string
+
+// The phases of a record.
+const (
+	// PhaseDisabled: a final failure disabled the record until an update.
+	PhaseDisabled Phase = "disabled"
+	// PhaseRunning: an attempt is in progress.
+	PhaseRunning Phase = "running"
+	// PhaseIdle: nothing is planned (a one-off record that succeeded, or a
+	// schedule with no more occurrences).
+	PhaseIdle Phase = "idle"
+	// PhaseRetrying: an attempt failed since the last success and the next
+	// one (at RefreshAt) is its retry.
+	PhaseRetrying Phase = "retrying"
+	// PhaseWaiting: healthy, waiting for the next planned refresh.
+	PhaseWaiting Phase = "waiting"
+)
+
+// Phase returns the record's phase. Disabled wins over everything, then a
+// running attempt, then what is planned.
+func (s State) Phase() Phase {
+	switch {
+	case s.Disabled:
+		return PhaseDisabled
+	case s.Running():
+		return PhaseRunning
+	case s.RefreshAt.IsZero():
+		return PhaseIdle
+	case s.AttemptNo > 0:
+		return PhaseRetrying
+	}
+	return PhaseWaiting
+}
+
 // Due reports whether the scheduler should start an attempt at now.
 func (s State) Due(now time.Time) bool {
 	return !s.Disabled && !s.Running() && !s.RefreshAt.IsZero() && !s.RefreshAt.After(now)
@@ -78,7 +115,8 @@ var (
 )
 
 // NewAttemptUID returns a new attempt id: a cuid drawn from crypto/rand, so
-// replicas started in the same second cannot collide (LIBRARY-NOTES.md).
+// replicas started in the same second cannot collide (cuid.New seeds its
+// randomness with the start second; docs/design.md, "lucsky/cuid").
 func NewAttemptUID() string {
 	id, err := cuid.NewCrypto(rand.Reader)
 	if err != nil {
@@ -250,7 +288,8 @@ func (r Rules) fail(s State, now time.Time, f Failure) (State, Step, error) {
 }
 
 // final disables the record. The reason shown is the worker's user-friendly
-// reason if it gave one, else why, else the seed's default text.
+// reason if it gave one, else why, else "Cannot refresh BigTable after N
+// attempt(s)" (docs/design.md, T5).
 func final(s State, workerReason, why string) State {
 	s.RefreshAt = time.Time{}
 	s.DeadlineAt = time.Time{}

@@ -8,12 +8,12 @@ package scheduler
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"time"
 
+	"github.com/bigtables/bigtables/internal/wait"
 	"github.com/bigtables/bigtables/protocol"
 	"github.com/bigtables/bigtables/queue"
 	"github.com/bigtables/bigtables/refresh"
@@ -181,11 +181,11 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		tickCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 		res, err := s.Tick(tickCtx)
 		cancel()
-		wait := s.cfg.Interval
+		pause := s.cfg.Interval
 		switch {
 		case err != nil:
 			backoff = min(max(2*backoff, s.cfg.Interval), s.cfg.MaxBackoff)
-			wait = backoff
+			pause = backoff
 			s.log.Error("scheduler tick failed; retrying", "err", err, "retry_in", backoff, "undone", res.Undone)
 		default:
 			if backoff > 0 {
@@ -196,24 +196,13 @@ func (s *Scheduler) Run(ctx context.Context) error {
 				s.log.Info("tick", "started", res.Started, "timed_out", res.TimedOut, "disabled", res.Disabled, "skipped", res.Skipped)
 			}
 			if res.Claimed >= s.cfg.Batch {
-				wait = 0 // more may be due: go on at once
+				pause = 0 // more may be due: go on at once
 			}
 		}
-		if wait > 0 {
-			if err := sleep(ctx, wait); err != nil {
+		if pause > 0 {
+			if err := wait.Sleep(ctx, pause); err != nil {
 				continue
 			}
 		}
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return errors.New("cancelled")
-	case <-t.C:
-		return nil
 	}
 }

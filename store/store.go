@@ -1,8 +1,9 @@
 // Package store owns bigtables' PostgreSQL schema and every SQL statement:
 // versioned migrations embedded in the binary, records and their attempt
 // history, and the batched claim and write statements of the scheduler and
-// poller. It knows nothing of Redis and decides no transition: callers compute
-// new states with package refresh and the store writes them.
+// poller. It knows nothing of Redis and decides no transition: the new
+// states come from package refresh, computed by the callers, or, for the
+// manual save (Update), by refresh.Update under the row's lock.
 package store
 
 import (
@@ -14,10 +15,29 @@ import (
 	"sort"
 	"time"
 
+	"github.com/bigtables/bigtables/internal/redact"
 	"github.com/bigtables/bigtables/refresh"
 	"github.com/jmoiron/sqlx"
 	"github.com/lib/pq"
 )
+
+// SQLSTATE codes the store tells apart
+// (https://www.postgresql.org/docs/current/errcodes-appendix.html).
+const (
+	uniqueViolation    = "23505" // a record with the uid exists
+	invalidCatalogName = "3D000" // the database does not exist
+	undefinedTable     = "42P01" // the schema has not been migrated yet
+)
+
+// pgCode returns the SQLSTATE of a PostgreSQL error anywhere in err's
+// chain, or "" for any other error.
+func pgCode(err error) string {
+	var pe *pq.Error
+	if errors.As(err, &pe) {
+		return string(pe.Code)
+	}
+	return ""
+}
 
 // Errors callers can test with errors.Is.
 var (
@@ -25,7 +45,15 @@ var (
 	ErrNotFound = errors.New("no such record")
 	// ErrExists means a record with the uid already exists.
 	ErrExists = errors.New("record already exists")
+	// ErrBadURL means Open was given a URL that is not a PostgreSQL URL:
+	// retrying cannot help.
+	ErrBadURL = errors.New("not a PostgreSQL URL")
 )
+
+type badURLError struct{ msg string }
+
+func (e badURLError) Error() string        { return e.msg }
+func (e badURLError) Is(target error) bool { return target == ErrBadURL }
 
 // Store is a PostgreSQL connection pool with bigtables' statements.
 type Store struct {
@@ -42,7 +70,7 @@ func Open(ctx context.Context, rawURL string) (*Store, error) {
 	}
 	db, err := sqlx.Open("postgres", dsn)
 	if err != nil {
-		return nil, fmt.Errorf("open database %s: %w", Redact(rawURL), err)
+		return nil, fmt.Errorf("open database %s: %w", redact.URL(rawURL), err)
 	}
 	db.SetMaxOpenConns(8)
 	db.SetMaxIdleConns(8)
@@ -51,7 +79,7 @@ func Open(ctx context.Context, rawURL string) (*Store, error) {
 	defer cancel()
 	if err := db.PingContext(pingCtx); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("connect to database %s: %w", Redact(rawURL), err)
+		return nil, fmt.Errorf("connect to database %s: %w", redact.URL(rawURL), err)
 	}
 	return &Store{db: db}, nil
 }
@@ -62,7 +90,7 @@ func (s *Store) Close() error { return s.db.Close() }
 func withConnectTimeout(rawURL string) (string, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-		return "", fmt.Errorf("database URL %s: expected postgres://user:password@host:port/dbname?sslmode=disable", Redact(rawURL))
+		return "", badURLError{fmt.Sprintf("database URL %s: expected postgres://user:password@host:port/dbname?sslmode=disable", redact.URL(rawURL))}
 	}
 	q := u.Query()
 	if q.Get("connect_timeout") == "" {
@@ -70,15 +98,6 @@ func withConnectTimeout(rawURL string) (string, error) {
 		u.RawQuery = q.Encode()
 	}
 	return u.String(), nil
-}
-
-// Redact returns the URL with its password replaced by "xxxxx".
-func Redact(rawURL string) string {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	return u.Redacted()
 }
 
 // Definition is what a person sets on a record.
@@ -237,8 +256,7 @@ func (s *Store) Add(ctx context.Context, uid string, def Definition, refreshAt *
 	var r dbRow
 	err := s.db.GetContext(ctx, &r, insertRecord, uid, def.InputURL, def.Schedule, string(def.Policy), at)
 	if err != nil {
-		var pqErr *pq.Error
-		if errors.As(err, &pqErr) && pqErr.Code == "23505" {
+		if pgCode(err) == uniqueViolation {
 			return Row{}, fmt.Errorf("add record %q: %w", uid, ErrExists)
 		}
 		return Row{}, fmt.Errorf("add record %q: %w", uid, err)

@@ -5,15 +5,16 @@
 package testsvc
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
-	"net/url"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/bigtables/bigtables/internal/redact"
 	"github.com/bigtables/bigtables/queue"
 	"github.com/bigtables/bigtables/store"
 	"github.com/jmoiron/sqlx"
@@ -63,7 +64,7 @@ func Database(t testing.TB) string {
 		db.Close()
 	}
 	if err != nil {
-		unavailable(t, "PostgreSQL at "+redact(admin), err)
+		unavailable(t, "PostgreSQL at "+redact.URL(admin), err)
 	}
 	dbURL, drop, err := store.ScratchDatabase(ctx, admin, "bt_test")
 	if err != nil {
@@ -95,14 +96,6 @@ func Redis(t testing.TB) (string, redis.UniversalClient, queue.Names) {
 	return rawURL, rdb, names
 }
 
-func redact(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(bad URL)"
-	}
-	return fmt.Sprint(u.Redacted())
-}
-
 // Store opens a migrated store on a fresh database for the test.
 func Store(t testing.TB) *store.Store {
 	t.Helper()
@@ -116,4 +109,25 @@ func Store(t testing.TB) *store.Store {
 		t.Fatal(err)
 	}
 	return st
+}
+
+// SyncBuffer is a buffer that a process or goroutine writes while the test
+// reads it.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+// Write appends p.
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// String returns what was written so far.
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
