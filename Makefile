@@ -7,10 +7,10 @@ BIN := bin/bigtables
 # can report its own deadline as a failure (golang/go#75804, fixed in 1.27).
 FUZZTIME ?= 500000x
 
-.PHONY: help chaos chaos-short example-deps build test check unit bench-smoke bench bench-short fuzz services run migrate docker-up docker-down docker-config clean
+.PHONY: help chaos chaos-short example-deps build test check unit bench-smoke bench bench-short fuzz services run demo-reset migrate docker-up docker-down docker-config clean
 
 help: ## list the targets
-	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
 
 build: ## build bin/bigtables
 	$(GO) build -o $(BIN) ./cmd/bigtables
@@ -54,8 +54,11 @@ services: ## start PostgreSQL and Redis unless they already answer
 example-deps: ## install what the example workers need (Python redis, jq, redis-cli, curl, npm packages) where missing
 	@scripts/example-deps.sh
 
-run: ## the demo: services, migrate, demo records, scheduler + poller + worker (Ctrl-C stops)
+run: ## the demo, in database bigtables_demo and Redis lists bigtables-demo-*: four records, scheduler + poller + worker (Ctrl-C stops)
 	@scripts/demo.sh
+
+demo-reset: ## drop the demo's database (bigtables_demo) and its Redis keys (bigtables-demo-*)
+	@scripts/demo.sh reset
 
 migrate: build ## apply database migrations (DATABASE_URL)
 	$(BIN) migrate
