@@ -15,7 +15,7 @@ help: ## list the targets
 build: ## build bin/bigtables
 	$(GO) build -o $(BIN) ./cmd/bigtables
 
-test: services example-deps docker-config check unit bench-smoke ## everything CI checks: formatting, vet, docker-compose.yml, race tests on real PostgreSQL and Redis, benchmarks once
+test: services example-deps docker-config check bench-smoke unit ## everything CI checks: formatting, vet, docker-compose.yml, race tests on real PostgreSQL and Redis, benchmarks once
 
 check: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -23,8 +23,9 @@ check: ## gofmt and go vet
 	$(GO) vet ./...
 	$(GO) mod tidy -diff
 
-unit: ## unit, integration and end-to-end tests with the race detector
-	$(GO) test -race -count=1 ./...
+unit: ## unit, integration and end-to-end tests with the race detector; failures in full, skips listed with their reason, a summary last
+	@echo "$(GO) test -race -count=1 -json ./... | $(GO) run ./internal/testsummary"
+	@set -o pipefail; $(GO) test -race -count=1 -json ./... | $(GO) run ./internal/testsummary
 
 bench-smoke: ## compile and run every benchmark once, so none rots
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
