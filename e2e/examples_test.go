@@ -82,7 +82,7 @@ func TestWorkerCheckFailsABadWorker(t *testing.T) {
 	cmd := exec.Command(binary, "worker-check", "--grace", "1s", "--", "sh", "-c", "trap '' TERM; sleep 60")
 	cmd.Env = s.env
 	out, err := cmd.CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "FAIL") || !strings.Contains(string(out), "still running after SIGTERM") {
+	if err == nil || !strings.Contains(string(out), "FAIL") || !strings.Contains(string(out), "took no job") {
 		t.Errorf("worker-check passed a worker that does nothing: %v\n%s", err, out)
 	}
 }
