@@ -285,7 +285,8 @@ func (p *Poller) apply(ctx context.Context, items []item, rcv refresh.Received, 
 		return err
 	}
 	if len(items) == 1 {
-		done.dead = append(done.dead, rejected{items[0].raw, "the database refused the result: " + err.Error()})
+		reason := fmt.Sprintf("the database refused the result: %v (SQLSTATE %s)", err, store.SQLState(err))
+		done.dead = append(done.dead, rejected{items[0].raw, reason})
 		return nil
 	}
 	p.log.Warn("the database refused a value of the batch; applying it in halves to find the culprit", "results", len(items), "err", err)

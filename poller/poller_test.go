@@ -50,14 +50,19 @@ func setupWith(t *testing.T, prepare func(db *sqlx.DB)) env {
 	t.Helper()
 	_, rdb, names := testsvc.Redis(t)
 	dbURL := testsvc.Database(t)
+	if prepare != nil { // on a connection of its own: sessions keep the settings they started with
+		db, err := sqlx.Open("postgres", dbURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		prepare(db)
+		db.Close()
+	}
 	db, err := sqlx.Open("postgres", dbURL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	if prepare != nil {
-		prepare(db)
-	}
 	ctx := context.Background()
 	st, err := store.Open(ctx, dbURL)
 	if err != nil {

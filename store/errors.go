@@ -27,3 +27,12 @@ func Refused(err error) bool {
 	}
 	return false
 }
+
+// SQLState returns the SQLSTATE code of a PostgreSQL error, or "".
+func SQLState(err error) string {
+	var pqErr *pq.Error
+	if errors.As(err, &pqErr) {
+		return string(pqErr.Code)
+	}
+	return ""
+}
