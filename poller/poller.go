@@ -345,10 +345,11 @@ func (p *Poller) applyTx(ctx context.Context, items []item, rcv refresh.Received
 func (p *Poller) Run(ctx context.Context) error {
 	work := context.WithoutCancel(ctx) // a batch in hand is finished
 	var lastBeat, lastSummary time.Time
+	registeredOnce := false
 	if _, err := p.queue.Heartbeat(ctx, p.lease); errors.Is(err, queue.ErrIDInUse) {
 		return fmt.Errorf("start poller: %w: another poller runs with this id; give each its own --id", err)
 	} else if err == nil {
-		lastBeat = time.Now()
+		lastBeat, registeredOnce = time.Now(), true
 	}
 	p.log.Info("poller running", "batch", p.cfg.Batch, "lease", p.cfg.Lease, "tx_timeout", p.cfg.TxTimeout,
 		"max_result_wait", p.cfg.MaxResultWait, "dead_cap", p.cfg.DeadCap)
@@ -362,9 +363,10 @@ func (p *Poller) Run(ctx context.Context) error {
 				if err != nil {
 					return err
 				}
-				if registered {
+				if registered && registeredOnce {
 					p.log.Warn("poller registered again: its lease had lapsed (another poller may have adopted its batch)")
 				}
+				registeredOnce = true
 				lastBeat = time.Now()
 				if moved, err := p.queue.RecoverExpired(work, p.cfg.ID); err != nil {
 					return err
