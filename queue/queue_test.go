@@ -348,3 +348,32 @@ func TestDeadLettersAreCapped(t *testing.T) {
 		t.Errorf("dropped counter %d; want 3", n)
 	}
 }
+
+// A poller stopping cleanly with a batch in hand (its last batch failed)
+// leaves it for the next live poller to adopt at once; an empty one is
+// unregistered; a process that no longer owns the id changes nothing.
+func TestRelease(t *testing.T) {
+	q, _, rdb, names := withClock(t)
+	ctx := context.Background()
+	q.PushResult(ctx, []byte("r"))
+	b, _ := q.Drain(ctx, lease("p"), opts(10))
+	if n, err := q.Release(ctx, queue.Lease{ID: "p", Instance: "not the owner"}); err != nil || n != 0 {
+		t.Errorf("release by another instance = %d, %v; want nothing done", n, err)
+	}
+	if n, err := q.Release(ctx, lease("p")); err != nil || n != 1 {
+		t.Fatalf("Release = %d, %v; want 1 left for adoption", n, err)
+	}
+	if n, _ := q.RecoverExpired(ctx, "q"); n != 1 {
+		t.Fatalf("adopted %d at once; want 1", n)
+	}
+	if got, _ := q.Drain(ctx, lease("q"), opts(10)); strings.Join(got.Results, ",") != "r" || !got.DrainedAt.Equal(b.DrainedAt) {
+		t.Errorf("adopted %+v; want r as drained at first", got)
+	}
+	q.Drain(ctx, lease("e"), opts(10))
+	if n, err := q.Release(ctx, lease("e")); err != nil || n != 0 {
+		t.Errorf("Release of an empty poller = %d, %v", n, err)
+	}
+	if _, err := rdb.ZScore(ctx, names.Output+":pollers", "e").Result(); !errors.Is(err, redis.Nil) {
+		t.Errorf("an empty poller is still registered after its release: %v", err)
+	}
+}
