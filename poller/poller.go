@@ -56,7 +56,8 @@ type Config struct {
 	// MaxResultWait bounds how long after an attempt's deadline a result
 	// that reached the output list in time may still be applied: one
 	// drained later is stale. The scheduler waits as long before it times
-	// out an attempt whose result may still be waiting. Default 1h.
+	// out an attempt whose result may still be waiting. Default
+	// refresh.DefaultMaxResultWait (1h).
 	MaxResultWait time.Duration
 	// DeadCap caps the dead-letter list: the oldest dead letters beyond it
 	// are dropped and counted. Default 100,000; negative means no cap.
@@ -73,9 +74,6 @@ type Config struct {
 
 // DefaultDeadCap is the default cap of the dead-letter list.
 const DefaultDeadCap = 100_000
-
-// DefaultMaxResultWait is the default of Config.MaxResultWait.
-const DefaultMaxResultWait = time.Hour
 
 func (c Config) withDefaults() Config {
 	if c.ID == "" {
@@ -98,7 +96,7 @@ func (c Config) withDefaults() Config {
 		c.TxTimeout = c.Lease / 3
 	}
 	if c.MaxResultWait <= 0 {
-		c.MaxResultWait = DefaultMaxResultWait
+		c.MaxResultWait = refresh.DefaultMaxResultWait
 	}
 	if c.DeadCap == 0 {
 		c.DeadCap = DefaultDeadCap

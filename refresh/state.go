@@ -120,6 +120,12 @@ type Received struct {
 	MaxWait time.Duration
 }
 
+// DefaultMaxResultWait is the default Received.MaxWait: how long after an
+// attempt's deadline a result that reached the output list in time may still
+// be applied, and so how long the scheduler may hold the attempt's timeout
+// while pollers are down or behind.
+const DefaultMaxResultWait = time.Hour
+
 // ReceivedAt is a result known to have reached the output list at t.
 func ReceivedAt(t time.Time) Received { return Received{After: t, By: t} }
 
