@@ -105,9 +105,9 @@ var (
 	// ErrStale means a result names an attempt that is not the record's
 	// running attempt (superseded, timed out, or already applied).
 	ErrStale = errors.New("stale attempt")
-	// ErrLate means a result came after its attempt's deadline: the attempt
-	// counts as timed out (the scheduler applies that), so the result is
-	// stale. It wraps ErrStale.
+	// ErrLate means a result reached the output list after its attempt's
+	// deadline (see Received): the attempt counts as timed out (the
+	// scheduler applies that), so the result is stale. It wraps ErrStale.
 	ErrLate = fmt.Errorf("%w: the attempt's deadline has passed", ErrStale)
 	// ErrNotDue means Start was asked for a record that is disabled, already
 	// running or not yet due.
@@ -141,27 +141,67 @@ func (r Rules) Start(s State, now time.Time, attemptUID string) (State, error) {
 	return s, nil
 }
 
-// current checks that a worker's result at now is for the running attempt
-// and came before its deadline.
-func (s State) current(now time.Time, attemptUID string) error {
+// Received bounds when a worker's result reached the output list, in the
+// clock of the queue (Redis's TIME), never in a process's clock. A result is
+// judged on time or late by these bounds, not by when it is applied: an
+// outage, a backlog or a frozen poller of ours never turns an on-time answer
+// into a timeout.
+type Received struct {
+	// After: the result was pushed after this instant (the output list was
+	// empty then). Zero when unknown.
+	After time.Time
+	// By: the result had been pushed by this instant (when it was drained).
+	By time.Time
+	// MaxWait bounds how long after the deadline an on-time result may still
+	// be applied: a result drained (By) at or after deadline + MaxWait is
+	// late whatever After says. Zero means no bound.
+	MaxWait time.Duration
+}
+
+// DefaultMaxResultWait is the default Received.MaxWait: how long after an
+// attempt's deadline a result that reached the output list in time may still
+// be applied, and so how long the scheduler may hold the attempt's timeout
+// while pollers are down or behind.
+const DefaultMaxResultWait = time.Hour
+
+// ReceivedAt is a result known to have reached the output list at t.
+func ReceivedAt(t time.Time) Received { return Received{After: t, By: t} }
+
+// Late reports whether a result received as r counts as pushed at or after
+// deadline: known to be pushed after an instant at or past the deadline, or
+// drained MaxWait or more after it. A zero deadline is never passed.
+func (r Received) Late(deadline time.Time) bool {
+	if deadline.IsZero() {
+		return false
+	}
+	if !r.After.IsZero() && !r.After.Before(deadline) {
+		return true
+	}
+	return r.MaxWait > 0 && !r.By.IsZero() && !r.By.Before(deadline.Add(r.MaxWait))
+}
+
+// current checks that a worker's result received as rcv is for the running
+// attempt and reached the output list before its deadline.
+func (s State) current(rcv Received, attemptUID string) error {
 	if !s.Running() || s.AttemptUID != attemptUID {
 		return ErrStale
 	}
-	if s.TimedOut(now) {
+	if rcv.Late(s.DeadlineAt) {
 		return ErrLate
 	}
 	return nil
 }
 
-// Status checks that a worker's progress report at now is for the running
-// attempt; the caller then stores its message.
-func (s State) Status(now time.Time, attemptUID string) error { return s.current(now, attemptUID) }
+// Status checks that a worker's progress report, received as rcv, is for the
+// running attempt and on time; the caller then stores its message.
+func (s State) Status(rcv Received, attemptUID string) error { return s.current(rcv, attemptUID) }
 
-// Succeed applies a success of the running attempt attemptUID: attempt_no
-// back to 0 and refresh_at the first planned refresh after now. A success
-// after the deadline is ErrLate.
-func (r Rules) Succeed(s State, now time.Time, attemptUID string) (State, error) {
-	if err := s.current(now, attemptUID); err != nil {
+// Succeed applies, at now, a success of the running attempt attemptUID
+// received as rcv: attempt_no back to 0 and refresh_at the first planned
+// refresh after now. A success that reached the output list at or after the
+// deadline is ErrLate.
+func (r Rules) Succeed(s State, now time.Time, rcv Received, attemptUID string) (State, error) {
+	if err := s.current(rcv, attemptUID); err != nil {
 		return s, err
 	}
 	s = s.clearAttempt()
@@ -222,10 +262,11 @@ type Step struct {
 	Planned  time.Time
 }
 
-// Fail applies a worker's failure of the running attempt attemptUID at now.
-// A failure after the deadline is ErrLate.
-func (r Rules) Fail(s State, now time.Time, attemptUID string, f Failure) (State, Step, error) {
-	if err := s.current(now, attemptUID); err != nil {
+// Fail applies, at now, a worker's failure of the running attempt attemptUID
+// received as rcv. A failure that reached the output list at or after the
+// deadline is ErrLate.
+func (r Rules) Fail(s State, now time.Time, rcv Received, attemptUID string, f Failure) (State, Step, error) {
+	if err := s.current(rcv, attemptUID); err != nil {
 		return s, Step{}, err
 	}
 	return r.fail(s, now, f)

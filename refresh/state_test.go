@@ -88,7 +88,7 @@ func TestSucceed(t *testing.T) {
 	r := Rules{every30m, policy(time.Hour, defaultDelays)}
 	running := State{AttemptUID: "a", AttemptNo: 3, StartedAt: at("08:00"), DeadlineAt: at("09:00"),
 		RefreshAt: at("09:30"), FailingSince: at("07:00")}
-	got, err := r.Succeed(running, at("08:10"), "a")
+	got, err := r.Succeed(running, at("08:10"), ReceivedAt(at("08:10")), "a")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,24 +98,57 @@ func TestSucceed(t *testing.T) {
 	if got != want {
 		t.Errorf("Succeed = %+v; want %+v", got, want)
 	}
-	if _, err := r.Succeed(running, at("08:10"), "b"); !errors.Is(err, ErrStale) {
+	if _, err := r.Succeed(running, at("08:10"), ReceivedAt(at("08:10")), "b"); !errors.Is(err, ErrStale) {
 		t.Errorf("Succeed with another uid: err = %v; want ErrStale", err)
 	}
-	if _, err := r.Succeed(got, at("08:11"), "a"); !errors.Is(err, ErrStale) {
+	if _, err := r.Succeed(got, at("08:11"), ReceivedAt(at("08:11")), "a"); !errors.Is(err, ErrStale) {
 		t.Errorf("replayed success: err = %v; want ErrStale", err)
 	}
 	// At or after the deadline the attempt has timed out: the result is late.
-	if _, err := r.Succeed(running, at("09:00"), "a"); !errors.Is(err, ErrLate) || !errors.Is(err, ErrStale) {
+	if _, err := r.Succeed(running, at("09:00"), ReceivedAt(at("09:00")), "a"); !errors.Is(err, ErrLate) || !errors.Is(err, ErrStale) {
 		t.Errorf("success at the deadline: err = %v; want ErrLate (a kind of ErrStale)", err)
 	}
-	if _, _, err := r.Fail(running, at("09:01"), "a", Failure{}); !errors.Is(err, ErrLate) {
+	if _, _, err := r.Fail(running, at("09:01"), ReceivedAt(at("09:01")), "a", Failure{}); !errors.Is(err, ErrLate) {
 		t.Errorf("failure after the deadline: err = %v; want ErrLate", err)
 	}
-	if err := running.Status(at("09:01"), "a"); !errors.Is(err, ErrLate) {
+	if err := running.Status(ReceivedAt(at("09:01")), "a"); !errors.Is(err, ErrLate) {
 		t.Errorf("status after the deadline: err = %v; want ErrLate", err)
 	}
-	if err := running.Status(at("08:59"), "a"); err != nil {
+	if err := running.Status(ReceivedAt(at("08:59")), "a"); err != nil {
 		t.Errorf("status before the deadline: %v", err)
+	}
+}
+
+// Lateness is judged by when the result reached the output list, not by
+// when it is applied: a success pushed before the deadline and applied long
+// after it (a poller outage) is on time.
+func TestReceivedLate(t *testing.T) {
+	r := Rules{every30m, policy(time.Hour, defaultDelays)}
+	running := State{AttemptUID: "a", AttemptNo: 1, StartedAt: at("08:00"), DeadlineAt: at("09:00"), RefreshAt: at("09:30")}
+	tests := []struct {
+		name string
+		rcv  Received
+		late bool
+	}{
+		{"pushed after 08:59, drained at 09:20", Received{After: at("08:59"), By: at("09:20"), MaxWait: time.Hour}, false},
+		{"pushed after the deadline", Received{After: at("09:00"), By: at("09:01"), MaxWait: time.Hour}, true},
+		{"drained at the bound", Received{After: at("08:00"), By: at("10:00"), MaxWait: time.Hour}, true},
+		{"drained just within the bound", Received{After: at("08:00"), By: at("09:59"), MaxWait: time.Hour}, false},
+		{"no lower bound known", Received{By: at("09:30"), MaxWait: time.Hour}, false},
+		{"no bound at all", Received{By: at("23:00")}, false},
+	}
+	for _, tt := range tests {
+		if got := tt.rcv.Late(running.DeadlineAt); got != tt.late {
+			t.Errorf("%s: Late = %v; want %v", tt.name, got, tt.late)
+		}
+		// Applied at 09:45 (the poller's clock is past the deadline in every case).
+		_, err := r.Succeed(running, at("09:45"), tt.rcv, "a")
+		if late := errors.Is(err, ErrLate); late != tt.late || (err != nil && !late) {
+			t.Errorf("%s: Succeed err = %v; want late %v", tt.name, err, tt.late)
+		}
+	}
+	if (Received{After: at("23:00"), By: at("23:00")}).Late(time.Time{}) {
+		t.Error("a zero deadline is never passed")
 	}
 }
 
@@ -180,7 +213,7 @@ func TestFail(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, step, err := tt.rules.Fail(tt.state, tt.now, "a", tt.failure)
+			got, step, err := tt.rules.Fail(tt.state, tt.now, ReceivedAt(tt.now), "a", tt.failure)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -195,7 +228,7 @@ func TestFail(t *testing.T) {
 			}
 		})
 	}
-	if _, _, err := (Rules{twiceADay, policy(time.Hour, defaultDelays)}).Fail(running(1, "06:00"), at("06:10"), "other", Failure{}); !errors.Is(err, ErrStale) {
+	if _, _, err := (Rules{twiceADay, policy(time.Hour, defaultDelays)}).Fail(running(1, "06:00"), at("06:10"), ReceivedAt(at("06:10")), "other", Failure{}); !errors.Is(err, ErrStale) {
 		t.Errorf("Fail with another uid: %v; want ErrStale", err)
 	}
 }
@@ -236,11 +269,11 @@ func simulate(t *testing.T, r Rules, s State, events []event) (State, []string) 
 		uid := s.AttemptUID
 		switch ev.outcome {
 		case "ok":
-			s, err = r.Succeed(s, now.Add(ev.after), uid)
+			s, err = r.Succeed(s, now.Add(ev.after), ReceivedAt(now.Add(ev.after)), uid)
 			log = append(log, "ok")
 		case "fail":
 			var step Step
-			s, step, err = r.Fail(s, now.Add(ev.after), uid, Failure{Message: "boom"})
+			s, step, err = r.Fail(s, now.Add(ev.after), ReceivedAt(now.Add(ev.after)), uid, Failure{Message: "boom"})
 			log = append(log, string(step.Decision))
 		case "timeout":
 			var step Step

@@ -274,7 +274,7 @@ func TestStrategiesInTheStateMachine(t *testing.T) {
 			now := s.RefreshAt
 			s, _ = r.Start(s, now, "a")
 			var step Step
-			s, step, _ = r.Fail(s, now.Add(time.Minute), "a", Failure{Draw: 0.5})
+			s, step, _ = r.Fail(s, now.Add(time.Minute), ReceivedAt(now.Add(time.Minute)), "a", Failure{Draw: 0.5})
 			decisions = append(decisions, string(step.Decision))
 			if len(decisions) > 5 {
 				t.Fatalf("%s: never exhausted", text)
@@ -296,7 +296,7 @@ func TestStrategiesInTheStateMachine(t *testing.T) {
 	for !s.Disabled {
 		now := s.RefreshAt
 		s, _ = r.Start(s, now, "a")
-		s, _, _ = r.Fail(s, now.Add(time.Second), "a", Failure{})
+		s, _, _ = r.Fail(s, now.Add(time.Second), ReceivedAt(now.Add(time.Second)), "a", Failure{})
 		n++
 	}
 	if n != 7 { // 08:00, 08:10, ..., 09:00 (failing for 1h: give up)
@@ -308,13 +308,13 @@ func TestStrategiesInTheStateMachine(t *testing.T) {
 	r = Rules{nil, p}
 	s = State{RefreshAt: at("08:00")}
 	s, _ = r.Start(s, at("08:00"), "a")
-	s, _, _ = r.Fail(s, at("08:00"), "a", Failure{Draw: 0.999})
+	s, _, _ = r.Fail(s, at("08:00"), ReceivedAt(at("08:00")), "a", Failure{Draw: 0.999})
 	if s.LastDelay < 29*time.Second {
 		t.Errorf("first decorrelated delay %v; want near 30s", s.LastDelay)
 	}
 	first := s.LastDelay
 	s, _ = r.Start(s, s.RefreshAt, "b")
-	s, _, _ = r.Fail(s, s.StartedAt, "b", Failure{Draw: 0.999})
+	s, _, _ = r.Fail(s, s.StartedAt, ReceivedAt(s.StartedAt), "b", Failure{Draw: 0.999})
 	if s.LastDelay < 2*first {
 		t.Errorf("second decorrelated delay %v did not grow from %v", s.LastDelay, first)
 	}

@@ -115,6 +115,9 @@ type Row struct {
 	Definition
 	refresh.State
 	StatusMessage string
+	// StatusAt is when the status message was drained from the output list
+	// (Redis's time); zero if unknown. An older status is not applied over it.
+	StatusAt time.Time
 	// CreatedAt and UpdatedAt are zero in rows read by ClaimDue and Lock.
 	CreatedAt time.Time
 	UpdatedAt time.Time
@@ -141,6 +144,7 @@ type dbRow struct {
 	Disabled       bool           `db:"disabled_until_update"`
 	DisabledReason sql.NullString `db:"disabled_reason"`
 	StatusMessage  sql.NullString `db:"status_message"`
+	StatusAt       sql.NullTime   `db:"status_at"`
 	CreatedAt      sql.NullTime   `db:"created_at"` // not in locked reads
 	UpdatedAt      sql.NullTime   `db:"updated_at"` // not in locked reads
 	Tid            string         `db:"tid"`        // only in locked reads
@@ -148,7 +152,7 @@ type dbRow struct {
 
 // stateColumns are what a transition needs: definition and state.
 const stateColumns = `uid, input_url, schedule, policy, refresh_at, attempt_uid, attempt_no, started_at,
-	deadline_at, failing_since, last_delay_ms, disabled_until_update, disabled_reason, status_message`
+	deadline_at, failing_since, last_delay_ms, disabled_until_update, disabled_reason, status_message, status_at`
 
 // rowColumns are the whole record.
 const rowColumns = stateColumns + `, created_at, updated_at`
@@ -181,6 +185,7 @@ func (r dbRow) row() Row {
 			DisabledReason: r.DisabledReason.String,
 		},
 		StatusMessage: r.StatusMessage.String,
+		StatusAt:      nullTime(r.StatusAt),
 		CreatedAt:     nullTime(r.CreatedAt),
 		UpdatedAt:     nullTime(r.UpdatedAt),
 		tid:           r.Tid,
@@ -380,15 +385,57 @@ type Tx struct {
 // every transition applied in it.
 func (tx *Tx) Now() time.Time { return tx.now }
 
-// InTx runs fn in a transaction and commits it if fn returns nil.
+// InTx runs fn in a READ COMMITTED transaction and commits it if fn
+// returns nil.
 func (s *Store) InTx(ctx context.Context, fn func(*Tx) error) error {
-	sqlTx, err := s.db.BeginTxx(ctx, nil)
+	return s.InTxWith(ctx, TxOptions{}, fn)
+}
+
+// TxOptions bound how long a transaction may wait for locks and hold them,
+// so that a frozen process (stopped, paused, partitioned) costs only its own
+// work. Zero fields keep the server's settings.
+type TxOptions struct {
+	// LockTimeout bounds each wait for a lock (lock_timeout): the statement
+	// fails with SQLSTATE 55P03 instead of waiting behind a frozen holder.
+	LockTimeout time.Duration
+	// IdleTimeout ends the session of a transaction left idle this long
+	// between statements (idle_in_transaction_session_timeout): a frozen
+	// process's transaction rolls back and its locks are released.
+	IdleTimeout time.Duration
+	// StatementTimeout bounds each statement (statement_timeout).
+	StatementTimeout time.Duration
+}
+
+// InTxWith is InTx with the given bounds. The transaction is READ COMMITTED
+// whatever the database's default_transaction_isolation: every write is
+// guarded by the row locks it takes, and a stricter level would fail
+// concurrent batches with serialization errors (40001) instead of waiting.
+func (s *Store) InTxWith(ctx context.Context, opt TxOptions, fn func(*Tx) error) error {
+	sqlTx, err := s.db.BeginTxx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return fmt.Errorf("begin transaction: %w", err)
 	}
 	defer sqlTx.Rollback()
 	tx := &Tx{tx: sqlTx}
-	if err := sqlTx.GetContext(ctx, &tx.now, "SELECT now()"); err != nil {
+	// One round trip reads the clock and sets the bounds, for this
+	// transaction only.
+	q := "SELECT now()"
+	var args []any
+	for _, set := range []struct {
+		name string
+		d    time.Duration
+	}{{"lock_timeout", opt.LockTimeout}, {"idle_in_transaction_session_timeout", opt.IdleTimeout}, {"statement_timeout", opt.StatementTimeout}} {
+		if set.d > 0 {
+			args = append(args, max(set.d.Milliseconds(), 1))
+			q += fmt.Sprintf(", set_config('%s', $%d::bigint::text, true)", set.name, len(args))
+		}
+	}
+	dest := make([]any, 1+len(args))
+	dest[0] = &tx.now
+	for i := range args {
+		dest[i+1] = new(string)
+	}
+	if err := sqlTx.QueryRowContext(ctx, q, args...).Scan(dest...); err != nil {
 		return fmt.Errorf("read database clock: %w", err)
 	}
 	tx.now = tx.now.UTC()
@@ -457,6 +504,47 @@ func (tx *Tx) Lock(ctx context.Context, uids []string) (map[string]Row, error) {
 	return out, nil
 }
 
+// LockOrSkip locks and returns the rows with the given uids that no other
+// transaction holds, keyed by uid, without waiting (FOR UPDATE SKIP LOCKED),
+// and lists the uids of the rows it skipped because another transaction
+// holds them. Unknown uids are in neither.
+func (tx *Tx) LockOrSkip(ctx context.Context, uids []string) (rows map[string]Row, busy []string, err error) {
+	sorted := append([]string(nil), uids...)
+	sort.Strings(sorted)
+	list, err := tx.selectRows(ctx,
+		"SELECT "+lockedColumns+" FROM bigtables WHERE uid = ANY($1) ORDER BY uid FOR UPDATE SKIP LOCKED", sorted)
+	if err != nil {
+		return nil, nil, fmt.Errorf("lock rows: %w", err)
+	}
+	rows = make(map[string]Row, len(list))
+	for _, r := range list {
+		rows[r.UID] = r
+	}
+	if len(rows) == len(sorted) {
+		return rows, nil, nil
+	}
+	var missing []string
+	for _, uid := range sorted {
+		if _, ok := rows[uid]; !ok {
+			missing = append(missing, uid)
+		}
+	}
+	// Missing rows are unknown or held by another transaction: a plain read
+	// (which no lock blocks) tells them apart.
+	if err := tx.tx.SelectContext(ctx, &busy, "SELECT uid FROM bigtables WHERE uid = ANY($1) ORDER BY uid", pq.StringArray(missing)); err != nil {
+		return nil, nil, fmt.Errorf("find locked rows: %w", err)
+	}
+	return rows, busy, nil
+}
+
+func (tx *Tx) selectRows(ctx context.Context, query string, uids []string) ([]Row, error) {
+	rows, err := tx.tx.QueryxContext(ctx, query, pq.StringArray(uids))
+	if err != nil {
+		return nil, err
+	}
+	return scanRows(rows, len(uids))
+}
+
 // saveStates takes one array per column. An array may be NULL when every
 // row has the column's zero value (-1 for times, 0, false, the empty string): unnest pads
 // it with NULLs, which read as that value, and PostgreSQL parses one array
@@ -473,9 +561,10 @@ UPDATE bigtables AS b SET
     disabled_until_update = COALESCE(u.disabled, false),
     disabled_reason = CASE WHEN u.disabled THEN COALESCE(u.reason, '') END,
     status_message = NULLIF(u.status, ''),
+    status_at = ` + usTime("u.status_at") + `,
     updated_at = now()
-FROM unnest($1::text[], $2::bigint[], $3::text[], $4::int[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bool[], $9::text[], $10::text[], $11::bigint[], $12::tid[])
-    AS u(uid, refresh_at, attempt_uid, attempt_no, started_at, deadline_at, failing_since, disabled, reason, status, last_delay_ms, tid)
+FROM unnest($1::text[], $2::bigint[], $3::text[], $4::int[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bool[], $9::text[], $10::text[], $11::bigint[], $12::tid[], $13::bigint[])
+    AS u(uid, refresh_at, attempt_uid, attempt_no, started_at, deadline_at, failing_since, disabled, reason, status, last_delay_ms, tid, status_at)
 WHERE b.ctid = u.tid AND b.uid = u.uid`
 
 // Save writes the refresh state and status message of rows the transaction
@@ -488,7 +577,7 @@ func (tx *Tx) Save(ctx context.Context, rows []Row) error {
 	n := len(rows)
 	uid, attemptUID, reason, status := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	refreshAt, startedAt, deadlineAt, failingSince := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
-	attemptNo, lastDelay, disabled := make([]int64, n), make([]int64, n), make([]bool, n)
+	attemptNo, lastDelay, disabled, statusAt := make([]int64, n), make([]int64, n), make([]bool, n), make([]int64, n)
 	tid := make([]string, n)
 	seen := make(map[string]bool, n)
 	for i, r := range rows {
@@ -504,13 +593,13 @@ func (tx *Tx) Save(ctx context.Context, rows []Row) error {
 		refreshAt[i], startedAt[i] = micros(r.RefreshAt), micros(r.StartedAt)
 		deadlineAt[i], failingSince[i] = micros(r.DeadlineAt), micros(r.FailingSince)
 		disabled[i], reason[i], status[i] = r.Disabled, r.DisabledReason, r.StatusMessage
-		lastDelay[i] = r.LastDelay.Milliseconds()
+		lastDelay[i], statusAt[i] = r.LastDelay.Milliseconds(), micros(r.StatusAt)
 	}
 	res, err := tx.tx.ExecContext(ctx, saveStates, pq.StringArray(uid), pq.Int64Array(orNull(refreshAt, -1)),
 		pq.StringArray(orNull(attemptUID, "")), pq.Int64Array(orNull(attemptNo, 0)), pq.Int64Array(orNull(startedAt, -1)),
 		pq.Int64Array(orNull(deadlineAt, -1)), pq.Int64Array(orNull(failingSince, -1)), pq.BoolArray(orNull(disabled, false)),
 		pq.StringArray(orNull(reason, "")), pq.StringArray(orNull(status, "")), pq.Int64Array(orNull(lastDelay, 0)),
-		pq.StringArray(tid))
+		pq.StringArray(tid), pq.Int64Array(orNull(statusAt, -1)))
 	if err != nil {
 		return fmt.Errorf("save %d states: %w", n, err)
 	}

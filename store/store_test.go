@@ -333,6 +333,10 @@ func TestSaveRoundTrip(t *testing.T) {
 			for i, uid := range uids {
 				r := rows[uid]
 				r.State, r.StatusMessage = batch(i)
+				r.StatusAt = time.Time{}
+				if r.StatusMessage != "" {
+					r.StatusAt = at(40 + i)
+				}
 				save = append(save, r)
 			}
 			return tx.Save(ctx, save)
@@ -367,7 +371,8 @@ func TestSaveRoundTrip(t *testing.T) {
 				t.Fatal(err)
 			}
 			want, status := batch(i)
-			if got.State != want || got.StatusMessage != status {
+			if got.State != want || got.StatusMessage != status || (status != "") != !got.StatusAt.IsZero() ||
+				(status != "" && !got.StatusAt.Equal(at(40+i))) {
 				t.Errorf("%s: %s read back %+v %q\nwant %+v %q", name, uid, got.State, got.StatusMessage, want, status)
 			}
 			if listed[i].UID != uid || listed[i].State != got.State || listed[i].StatusMessage != got.StatusMessage ||
