@@ -90,7 +90,7 @@ func (s *Scheduler) Tick(ctx context.Context) (TickResult, error) {
 	var timedOut map[string]time.Time
 	err := s.store.InTx(ctx, func(tx *store.Tx) error {
 		timedOut = map[string]time.Time{}
-		rows, err := tx.ClaimDue(ctx, s.cfg.Batch)
+		rows, err := tx.ClaimDue(ctx, s.cfg.Batch, tx.Now())
 		if err != nil {
 			return err
 		}
