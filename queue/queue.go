@@ -12,6 +12,7 @@
 //	<dead>                         dead letters (list of protocol.DeadLetter JSON)
 //	<input>:cancelled:<attempt>    set while a superseded attempt's worker should stop (string "1", expires)
 //	<output>:pushed:<attempt>      set once the Go worker library pushed the attempt's final result (the push's token, expires)
+//	<input>:push:<token>           a tick's job push ran, and when (string, expires; see PushJobsOnce)
 //
 // In Redis Cluster the keys of one script must share a hash slot: give the
 // queue names a common hash tag, e.g. "{bt}-input", "{bt}-output",
