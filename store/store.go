@@ -58,6 +58,34 @@ func (e badURLError) Is(target error) bool { return target == ErrBadURL }
 // Store is a PostgreSQL connection pool with bigtables' statements.
 type Store struct {
 	db *sqlx.DB
+	// clock, when set, replaces PostgreSQL's now() as the time of every
+	// transition and bookkeeping column (see WithClock).
+	clock func() time.Time
+}
+
+// WithClock returns a Store on the same pool whose transactions take their
+// now from clock instead of PostgreSQL's now(): tests move time forward
+// instead of sleeping past a deadline. Production code leaves it unset, so
+// every process shares the database's clock. Closing either Store closes
+// the pool.
+func (s *Store) WithClock(clock func() time.Time) *Store {
+	c := *s
+	c.clock = clock
+	return &c
+}
+
+// clockParam is the injected time as a query parameter, or nil for the
+// database's own: statements read it as COALESCE($n::timestamptz, now()).
+func (s *Store) clockParam() any {
+	if s.clock == nil {
+		return nil
+	}
+	return s.clockNow()
+}
+
+// clockNow reads the injected clock at PostgreSQL's precision.
+func (s *Store) clockNow() time.Time {
+	return s.clock().UTC().Truncate(time.Microsecond)
 }
 
 // Open connects to PostgreSQL. A URL without connect_timeout gets 5 seconds,
@@ -234,8 +262,12 @@ func usTime(col string) string {
 	return "CASE WHEN " + col + " < 0 THEN NULL ELSE 'epoch'::timestamptz + " + col + " * interval '1 microsecond' END"
 }
 
-// Now returns the database's clock, the one clock every process agrees on.
+// Now returns the database's clock, the one clock every process agrees on
+// (or the injected clock, see WithClock).
 func (s *Store) Now(ctx context.Context) (time.Time, error) {
+	if s.clock != nil {
+		return s.clockNow(), nil
+	}
 	var now time.Time
 	if err := s.db.GetContext(ctx, &now, "SELECT now()"); err != nil {
 		return time.Time{}, fmt.Errorf("read database clock: %w", err)
@@ -244,8 +276,8 @@ func (s *Store) Now(ctx context.Context) (time.Time, error) {
 }
 
 const insertRecord = `
-INSERT INTO bigtables (uid, input_url, schedule, policy, refresh_at)
-VALUES ($1, $2, $3, $4, COALESCE($5::timestamptz, now()))
+INSERT INTO bigtables (uid, input_url, schedule, policy, refresh_at, created_at, updated_at)
+VALUES ($1, $2, $3, $4, COALESCE($5::timestamptz, $6::timestamptz, now()), COALESCE($6::timestamptz, now()), COALESCE($6::timestamptz, now()))
 RETURNING ` + rowColumns
 
 // Add creates a record. refreshAt nil means now (the database's clock); a
@@ -259,7 +291,7 @@ func (s *Store) Add(ctx context.Context, uid string, def Definition, refreshAt *
 		at = refreshAt.UTC()
 	}
 	var r dbRow
-	err := s.db.GetContext(ctx, &r, insertRecord, uid, def.InputURL, def.Schedule, string(def.Policy), at)
+	err := s.db.GetContext(ctx, &r, insertRecord, uid, def.InputURL, def.Schedule, string(def.Policy), at, s.clockParam())
 	if err != nil {
 		if pgCode(err) == uniqueViolation {
 			return Row{}, fmt.Errorf("add record %q: %w", uid, ErrExists)
@@ -347,10 +379,7 @@ func (s *Store) Update(ctx context.Context, uid string, edit func(*Definition) e
 		}
 		if cancelled != "" {
 			gone = &Cancelled{AttemptUID: cancelled, DeadlineAt: old.DeadlineAt}
-			err := tx.RecordAttempts(ctx, []Attempt{{
-				AttemptUID: cancelled, UID: uid, AttemptNo: old.AttemptNo, StartedAt: old.StartedAt,
-				FinishedAt: tx.Now(), Outcome: OutcomeCancelled, Message: "cancelled by a manual update",
-			}})
+			err := tx.RecordAttempts(ctx, []Attempt{Ended(uid, old, tx.Now(), OutcomeCancelled, "cancelled by a manual update", "")})
 			if err != nil {
 				return err
 			}
@@ -365,7 +394,7 @@ func (s *Store) Update(ctx context.Context, uid string, edit func(*Definition) e
 		if err := tx.Save(ctx, []Row{r}); err != nil {
 			return err
 		}
-		r.UpdatedAt = tx.Now() // what Save wrote: now() is the transaction's clock
+		r.UpdatedAt = tx.Now() // what Save wrote
 		out = r
 		return nil
 	})
@@ -375,7 +404,8 @@ func (s *Store) Update(ctx context.Context, uid string, edit func(*Definition) e
 	return out, gone, nil
 }
 
-// Tx is a transaction with the database's clock read at its start.
+// Tx is a transaction with the database's clock (or the injected one) read
+// at its start.
 type Tx struct {
 	tx  *sqlx.Tx
 	now time.Time
@@ -438,6 +468,9 @@ func (s *Store) InTxWith(ctx context.Context, opt TxOptions, fn func(*Tx) error)
 	if err := sqlTx.QueryRowContext(ctx, q, args...).Scan(dest...); err != nil {
 		return fmt.Errorf("read database clock: %w", err)
 	}
+	if s.clock != nil {
+		tx.now = s.clockNow()
+	}
 	tx.now = tx.now.UTC()
 	if err := fn(tx); err != nil {
 		return err
@@ -449,7 +482,8 @@ func (s *Store) InTxWith(ctx context.Context, opt TxOptions, fn func(*Tx) error)
 }
 
 // claimDue reads the rows it locks whole, so no row is looked up twice; the
-// two sets are disjoint (attempt_uid NULL or not).
+// two sets are disjoint (attempt_uid NULL or not). $1 is now, $3 the latest
+// deadline the caller times out (at most now).
 const claimDue = `
 WITH due AS (
     SELECT ` + lockedColumns + ` FROM bigtables
@@ -459,7 +493,7 @@ WITH due AS (
     FOR UPDATE SKIP LOCKED
 ), expired AS (
     SELECT ` + lockedColumns + ` FROM bigtables
-    WHERE attempt_uid IS NOT NULL AND deadline_at <= $1
+    WHERE attempt_uid IS NOT NULL AND deadline_at <= least($1, $3::timestamptz)
     ORDER BY deadline_at
     LIMIT $2
     FOR UPDATE SKIP LOCKED
@@ -467,11 +501,14 @@ WITH due AS (
 SELECT * FROM due UNION ALL SELECT * FROM expired`
 
 // ClaimDue locks and returns up to limit rows due to start and up to limit
-// rows whose running attempt is past its deadline. Rows locked by another
-// transaction (another scheduler, a poller, a manual update) are skipped, so
-// schedulers side by side never claim the same row.
-func (tx *Tx) ClaimDue(ctx context.Context, limit int) ([]Row, error) {
-	rows, err := tx.tx.QueryxContext(ctx, claimDue, tx.now, limit)
+// rows whose running attempt's deadline is at or before timeoutUpTo (and
+// before the transaction's now): those the caller may time out. Attempts
+// past their deadline but after timeoutUpTo are neither returned nor locked,
+// so a poller applying their results does not wait on the scheduler. Rows
+// locked by another transaction (another scheduler, a poller, a manual
+// update) are skipped, so schedulers side by side never claim the same row.
+func (tx *Tx) ClaimDue(ctx context.Context, limit int, timeoutUpTo time.Time) ([]Row, error) {
+	rows, err := tx.tx.QueryxContext(ctx, claimDue, tx.now, limit, timeoutUpTo.UTC())
 	if err != nil {
 		return nil, fmt.Errorf("claim due rows: %w", err)
 	}
@@ -480,6 +517,20 @@ func (tx *Tx) ClaimDue(ctx context.Context, limit int) ([]Row, error) {
 		return nil, fmt.Errorf("claim due rows: %w", err)
 	}
 	return out, nil
+}
+
+// CountExpiredAfter counts, up to limit, the running attempts whose deadline
+// has passed (at or before the transaction's now) but is after t: the
+// timeouts a caller that times out only up to t is holding back. It reads
+// the index on running attempts, so it costs at most limit index entries.
+func (tx *Tx) CountExpiredAfter(ctx context.Context, t time.Time, limit int) (int, error) {
+	var n int
+	err := tx.tx.GetContext(ctx, &n, `SELECT count(*) FROM (SELECT 1 FROM bigtables
+		WHERE attempt_uid IS NOT NULL AND deadline_at <= $1 AND deadline_at > $2 LIMIT $3) AS held`, tx.now, t.UTC(), limit)
+	if err != nil {
+		return 0, fmt.Errorf("count held timeouts: %w", err)
+	}
+	return n, nil
 }
 
 // Lock locks and returns the rows with the given uids, keyed by uid; unknown
@@ -562,7 +613,7 @@ UPDATE bigtables AS b SET
     disabled_reason = CASE WHEN u.disabled THEN COALESCE(u.reason, '') END,
     status_message = NULLIF(u.status, ''),
     status_at = ` + usTime("u.status_at") + `,
-    updated_at = now()
+    updated_at = $14
 FROM unnest($1::text[], $2::bigint[], $3::text[], $4::int[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bool[], $9::text[], $10::text[], $11::bigint[], $12::tid[], $13::bigint[])
     AS u(uid, refresh_at, attempt_uid, attempt_no, started_at, deadline_at, failing_since, disabled, reason, status, last_delay_ms, tid, status_at)
 WHERE b.ctid = u.tid AND b.uid = u.uid`
@@ -599,7 +650,7 @@ func (tx *Tx) Save(ctx context.Context, rows []Row) error {
 		pq.StringArray(orNull(attemptUID, "")), pq.Int64Array(orNull(attemptNo, 0)), pq.Int64Array(orNull(startedAt, -1)),
 		pq.Int64Array(orNull(deadlineAt, -1)), pq.Int64Array(orNull(failingSince, -1)), pq.BoolArray(orNull(disabled, false)),
 		pq.StringArray(orNull(reason, "")), pq.StringArray(orNull(status, "")), pq.Int64Array(orNull(lastDelay, 0)),
-		pq.StringArray(tid), pq.Int64Array(orNull(statusAt, -1)))
+		pq.StringArray(tid), pq.Int64Array(orNull(statusAt, -1)), tx.now)
 	if err != nil {
 		return fmt.Errorf("save %d states: %w", n, err)
 	}
@@ -638,6 +689,16 @@ INSERT INTO bigtable_attempts (attempt_uid, uid, attempt_no, started_at, finishe
 SELECT a, u, n, ` + usTime("s") + `, ` + usTime("f") + `, o, COALESCE(m, ''), COALESCE(d, '')
 FROM unnest($1::text[], $2::text[], $3::int[], $4::bigint[], $5::bigint[], $6::text[], $7::text[], $8::text[])
     AS t(a, u, n, s, f, o, m, d)`
+
+// Ended returns the history row of the attempt that old was running on
+// record uid, ended at now with the given outcome, message and failure
+// decision ("" when no failure branch was taken).
+func Ended(uid string, old refresh.State, now time.Time, outcome Outcome, message string, decision refresh.Decision) Attempt {
+	return Attempt{
+		AttemptUID: old.AttemptUID, UID: uid, AttemptNo: old.AttemptNo, StartedAt: old.StartedAt,
+		FinishedAt: now, Outcome: outcome, Message: message, Decision: string(decision),
+	}
+}
 
 // RecordAttempts appends finished attempts to the history in one statement.
 func (tx *Tx) RecordAttempts(ctx context.Context, attempts []Attempt) error {
@@ -700,13 +761,15 @@ UPDATE bigtables AS b SET
     attempt_uid = NULL, started_at = NULL, deadline_at = NULL,
     attempt_no = b.attempt_no - 1,
     refresh_at = ` + usTime("u.refresh_at") + `,
-    updated_at = now()
+    updated_at = $4
 FROM unnest($1::text[], $2::text[], $3::bigint[]) AS u(uid, attempt_uid, refresh_at)
 WHERE b.uid = u.uid AND b.attempt_uid = u.attempt_uid`
 
 // UndoStarts reverts starts whose jobs could not be pushed, so an outage of
 // our own does not burn an attempt. A row whose attempt changed since (a
-// manual update, a result) is left alone. It returns the rows reverted.
+// manual update, a result) is left alone. Rows are locked in uid order
+// first, like every batch that locks rows, so an undo cannot deadlock with a
+// poller. It returns the rows reverted.
 func (s *Store) UndoStarts(ctx context.Context, starts []Started) (int, error) {
 	if len(starts) == 0 {
 		return 0, nil
@@ -715,11 +778,21 @@ func (s *Store) UndoStarts(ctx context.Context, starts []Started) (int, error) {
 	for i, st := range starts {
 		uid[i], attempt[i], at[i] = st.UID, st.AttemptUID, micros(st.RefreshAt)
 	}
-	res, err := s.db.ExecContext(ctx, undoStarts, pq.StringArray(uid), pq.StringArray(attempt), pq.Int64Array(at))
+	var n int64
+	err := s.InTx(ctx, func(tx *Tx) error {
+		if _, err := tx.Lock(ctx, uid); err != nil {
+			return err
+		}
+		res, err := tx.tx.ExecContext(ctx, undoStarts, pq.StringArray(uid), pq.StringArray(attempt), pq.Int64Array(at), tx.now)
+		if err != nil {
+			return err
+		}
+		n, _ = res.RowsAffected()
+		return nil
+	})
 	if err != nil {
 		return 0, fmt.Errorf("undo %d starts: %w", len(starts), err)
 	}
-	n, _ := res.RowsAffected()
 	return int(n), nil
 }
 
@@ -733,9 +806,9 @@ func (s *Store) Count(ctx context.Context) (Counts, error) {
 	var c Counts
 	err := s.db.QueryRowContext(ctx, `SELECT count(*),
 		count(*) FILTER (WHERE attempt_uid IS NOT NULL),
-		count(*) FILTER (WHERE attempt_uid IS NULL AND NOT disabled_until_update AND refresh_at <= now()),
+		count(*) FILTER (WHERE attempt_uid IS NULL AND NOT disabled_until_update AND refresh_at <= COALESCE($1::timestamptz, now())),
 		count(*) FILTER (WHERE disabled_until_update)
-		FROM bigtables`).Scan(&c.Total, &c.Running, &c.Due, &c.Disabled)
+		FROM bigtables`, s.clockParam()).Scan(&c.Total, &c.Running, &c.Due, &c.Disabled)
 	if err != nil {
 		return Counts{}, fmt.Errorf("count records: %w", err)
 	}

@@ -148,7 +148,7 @@ func TestClaimDueSkipsLockedRows(t *testing.T) {
 	done := make(chan error)
 	go func() {
 		done <- s.InTx(ctx, func(tx *store.Tx) error {
-			rows, err := tx.ClaimDue(ctx, 2)
+			rows, err := tx.ClaimDue(ctx, 2, tx.Now())
 			claimed1 <- rows
 			<-release
 			return err
@@ -158,7 +158,7 @@ func TestClaimDueSkipsLockedRows(t *testing.T) {
 	var second []store.Row
 	err := s.InTx(ctx, func(tx *store.Tx) error {
 		var err error
-		second, err = tx.ClaimDue(ctx, 10)
+		second, err = tx.ClaimDue(ctx, 10, tx.Now())
 		return err
 	})
 	close(release)
@@ -189,7 +189,7 @@ func TestSaveAndUndo(t *testing.T) {
 	}
 	var started store.Row
 	err := s.InTx(ctx, func(tx *store.Tx) error {
-		rows, err := tx.ClaimDue(ctx, 10)
+		rows, err := tx.ClaimDue(ctx, 10, tx.Now())
 		if err != nil || len(rows) != 1 {
 			t.Fatalf("claim: %d rows, %v", len(rows), err)
 		}
@@ -356,7 +356,7 @@ func TestSaveRoundTrip(t *testing.T) {
 			if locked, err = tx.Lock(ctx, uids); err != nil {
 				t.Fatal(err)
 			}
-			rows, err := tx.ClaimDue(ctx, 10)
+			rows, err := tx.ClaimDue(ctx, 10, tx.Now())
 			if err != nil {
 				t.Fatal(err)
 			}
