@@ -239,6 +239,9 @@ func (c Config) withQueue(ctx context.Context, fn func(*queue.Queue) error) erro
 		return err
 	}
 	defer rdb.Close()
+	if err := c.Queues.ValidateFor(rdb); err != nil { // Redis Cluster: one hash slot
+		return usageError{err.Error()}
+	}
 	return fn(queue.New(rdb, c.Queues))
 }
 

@@ -217,3 +217,53 @@ func parseCluster(rawURL string) (clientOptions, error) {
 	setTimeouts(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout)
 	return clientOptions{cluster: o}, nil
 }
+
+// ValidateFor is Validate plus, when rdb is a Redis Cluster client, the rule
+// of Cluster: the scripts move values between the system's keys atomically,
+// so every key (the lists, the processing lists, the pollers set, the
+// cancellation markers) must land in one hash slot. Every key is one of the
+// three names or one of them with a suffix, so the three names must carry
+// the same hash tag. Outside Cluster any distinct names do, and the
+// protocol's defaults stay as they are.
+func (n Names) ValidateFor(rdb redis.UniversalClient) error {
+	if err := n.Validate(); err != nil {
+		return err
+	}
+	if _, ok := rdb.(*redis.ClusterClient); !ok {
+		return nil
+	}
+	return n.validateCluster()
+}
+
+func (n Names) validateCluster() error {
+	const hint = `give the three names one hash tag, e.g. "{bt}-input", "{bt}-output" and "{bt}-output-dead"`
+	tags := map[string]bool{}
+	for _, name := range []string{n.Input, n.Output, n.Dead} {
+		tag, ok := hashTag(name)
+		if !ok {
+			return fmt.Errorf("queue name %q has no hash tag: in Redis Cluster the keys of input %q, output %q and dead %q would spread over several slots; %s",
+				name, n.Input, n.Output, n.Dead, hint)
+		}
+		tags[tag] = true
+	}
+	if len(tags) > 1 {
+		return fmt.Errorf("queue names input %q, output %q and dead %q have different hash tags: in Redis Cluster their keys would spread over several slots; %s",
+			n.Input, n.Output, n.Dead, hint)
+	}
+	return nil
+}
+
+// hashTag returns what Redis Cluster hashes a key by when it is not the whole
+// key: the text between the first '{' and the first '}' after it, if that is
+// not empty. A key that extends a name with a tag keeps the name's tag.
+func hashTag(key string) (string, bool) {
+	_, after, ok := strings.Cut(key, "{")
+	if !ok {
+		return "", false
+	}
+	tag, _, ok := strings.Cut(after, "}")
+	if !ok || tag == "" {
+		return "", false
+	}
+	return tag, true
+}

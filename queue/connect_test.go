@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 func TestParseURLGood(t *testing.T) {
@@ -127,6 +129,47 @@ func TestConnectUnreachable(t *testing.T) {
 		cancel()
 		if err == nil || !strings.HasPrefix(err.Error(), "connect to Redis at ") || strings.Contains(err.Error(), "hunter2") {
 			t.Errorf("Connect(%q) = %v; want a connection error without the password", raw, err)
+		}
+	}
+}
+
+func TestValidateCluster(t *testing.T) {
+	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
+	defer cluster.Close()
+	single := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer single.Close()
+	for _, tc := range []struct {
+		names Names
+		want  string // "" when valid in Cluster
+	}{
+		{Names{"{bt}-input", "{bt}-output", "{bt}-output-dead"}, ""},
+		{Names{"app:{q}:in", "app:{q}:out", "{q}dead"}, ""},
+		{DefaultNames(), `queue name "bigtables-input" has no hash tag: in Redis Cluster the keys of input "bigtables-input", output "bigtables-output" and dead "bigtables-output-dead" would spread over several slots; give the three names one hash tag, e.g. "{bt}-input", "{bt}-output" and "{bt}-output-dead"`},
+		{Names{"{bt}-input", "{bt}-output", "dead"}, `queue name "dead" has no hash tag`},
+		{Names{"{a}-input", "{b}-output", "{a}-dead"}, `queue names input "{a}-input", output "{b}-output" and dead "{a}-dead" have different hash tags`},
+		{Names{"{}{bt}-input", "{bt}-output", "{bt}-dead"}, `queue name "{}{bt}-input" has no hash tag`}, // Redis hashes the whole key
+		{Names{"{bt-input", "{bt}-output", "{bt}-dead"}, `queue name "{bt-input" has no hash tag`},
+	} {
+		err := tc.names.ValidateFor(cluster)
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%+v in Cluster: %v; want %q", tc.names, err, tc.want)
+		}
+		if err := tc.names.ValidateFor(single); err != nil {
+			t.Errorf("%+v outside Cluster: %v", tc.names, err)
+		}
+	}
+	if err := (Names{"{bt}a", "{bt}a", "{bt}b"}).ValidateFor(cluster); err == nil {
+		t.Error("clashing names accepted")
+	}
+}
+
+// Every key of the system extends one of the names, so it keeps the names'
+// tag: the suffixes cannot move a key to another slot.
+func TestDerivedKeysKeepTheTag(t *testing.T) {
+	n := Names{"{bt}-input", "{bt}-output", "{bt}-output-dead"}
+	for _, key := range []string{n.Input, n.Output, n.Dead, n.processing("p}{x}"), n.pollers(), n.CancelKey("a{b}")} {
+		if tag, ok := hashTag(key); !ok || tag != "bt" {
+			t.Errorf("hashTag(%q) = %q, %v; want bt", key, tag, ok)
 		}
 	}
 }
