@@ -82,17 +82,37 @@ func Redis(t testing.TB) (string, redis.UniversalClient, queue.Names) {
 	if err != nil {
 		unavailable(t, "Redis", err)
 	}
-	prefix := "bt-test-" + RandomID() + ":"
+	// One hash tag: in Redis Cluster every key of the test lands in one slot.
+	prefix := "{bt-test-" + RandomID() + "}:"
 	names := queue.Names{Input: prefix + "input", Output: prefix + "output", Dead: prefix + "dead"}
+	if err := names.ValidateFor(rdb); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
-		ctx := context.Background()
-		iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-		for iter.Next(ctx) {
-			rdb.Del(ctx, iter.Val())
+		if err := DeleteKeys(context.Background(), rdb, prefix+"*"); err != nil {
+			t.Errorf("delete the test's Redis keys: %v", err)
 		}
 		rdb.Close()
 	})
 	return rawURL, rdb, names
+}
+
+// DeleteKeys deletes the keys matching pattern, on every master of a Redis
+// Cluster (SCAN on a cluster client reaches one node only).
+func DeleteKeys(ctx context.Context, rdb redis.UniversalClient, pattern string) error {
+	del := func(ctx context.Context, c redis.UniversalClient) error {
+		iter := c.Scan(ctx, 0, pattern, 1000).Iterator()
+		for iter.Next(ctx) {
+			if err := c.Del(ctx, iter.Val()).Err(); err != nil {
+				return err
+			}
+		}
+		return iter.Err()
+	}
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return del(ctx, c) })
+	}
+	return del(ctx, rdb)
 }
 
 func redact(raw string) string {
