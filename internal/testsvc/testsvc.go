@@ -77,10 +77,24 @@ func Database(t testing.TB) string {
 // the test's keys are deleted when it ends.
 func Redis(t testing.TB) (string, redis.UniversalClient, queue.Names) {
 	t.Helper()
-	rawURL := env("TEST_REDIS_URL", DefaultRedisURL)
+	return redisAt(t, env("TEST_REDIS_URL", DefaultRedisURL), true)
+}
+
+// RedisAt is Redis for the Redis at rawURL, of any scheme queue.Connect
+// takes, which the test has started: failing to connect fails the test.
+func RedisAt(t testing.TB, rawURL string) (string, redis.UniversalClient, queue.Names) {
+	t.Helper()
+	return redisAt(t, rawURL, false)
+}
+
+func redisAt(t testing.TB, rawURL string, mayBeMissing bool) (string, redis.UniversalClient, queue.Names) {
+	t.Helper()
 	rdb, err := queue.Connect(context.Background(), rawURL)
-	if err != nil {
+	if err != nil && mayBeMissing {
 		unavailable(t, "Redis", err)
+	}
+	if err != nil {
+		t.Fatal(err)
 	}
 	// One hash tag: in Redis Cluster every key of the test lands in one slot.
 	prefix := "{bt-test-" + RandomID() + "}:"
