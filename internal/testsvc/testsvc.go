@@ -50,6 +50,25 @@ func RandomID() string {
 	return hex.EncodeToString(b)
 }
 
+// AdminDatabaseURL returns the URL of a PostgreSQL role allowed to create
+// databases (TEST_DATABASE_URL), for code that makes its own scratch
+// database, after checking that it answers.
+func AdminDatabaseURL(t testing.TB) string {
+	t.Helper()
+	admin := env("TEST_DATABASE_URL", DefaultDatabaseURL)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	db, err := sqlx.Open("postgres", admin)
+	if err == nil {
+		err = db.PingContext(ctx)
+		db.Close()
+	}
+	if err != nil {
+		unavailable(t, "PostgreSQL at "+redact(admin), err)
+	}
+	return admin
+}
+
 // Database creates an empty database for the test, drops it when the test
 // ends, and returns its URL.
 func Database(t testing.TB) string {
