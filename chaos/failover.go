@@ -29,20 +29,20 @@ import (
 
 // FailoverConfig sizes a failover run. Zero values take the defaults.
 type FailoverConfig struct {
-	AdminURL   string        // PostgreSQL URL allowed to create databases
-	Script     string        // scripts/redis-sentinel.sh (default: found from the working directory)
-	Port       int           // first of the Sentinel setup's 5 ports (default 7111)
-	Records    int           // recurring records (default 1000)
-	Every      time.Duration // their period (default 2s): Records/Every refreshes a second
-	Timeout    time.Duration // attempt timeout (default 5s): when a lost job or result is noticed
-	Warmup     time.Duration // load before the first kill (default 8s)
-	Observe    time.Duration // load after each kill before the next step (default 8s)
-	Kills      int           // masters killed, one after another (default 2)
+	AdminURL string        // PostgreSQL URL allowed to create databases
+	Script   string        // scripts/redis-sentinel.sh (default: found from the working directory)
+	Port     int           // first of the Sentinel setup's 5 ports (default 7111)
+	Records  int           // recurring records (default 1000)
+	Every    time.Duration // their period (default 2s): Records/Every refreshes a second
+	Timeout  time.Duration // attempt timeout (default 5s): when a lost job or result is noticed
+	Warmup   time.Duration // load before the first kill (default 8s)
+	Observe  time.Duration // load after each kill before the next step (default 8s)
+	Kills    int           // masters killed, one after another (default 2)
 	// Lag, when positive, cuts the replica off (its link dropped, the
 	// replication commands denied) this long before each kill: the master
 	// acknowledges writes the replica never receives, as when a network
 	// partition or a replica lagging behind meets a crash.
-	Lag time.Duration
+	Lag        time.Duration
 	Schedulers int           // default 2
 	Pollers    int           // default 2
 	Workers    int           // worker goroutines (default 16)
@@ -102,8 +102,8 @@ type FailoverReport struct {
 
 // Kill is one master killed and how the system followed.
 type Kill struct {
-	Master    string        `json:"master"`
-	Promoted  string        `json:"promoted"`
+	Master     string        `json:"master"`
+	Promoted   string        `json:"promoted"`
 	Failover   time.Duration `json:"failover"`    // SIGKILL to the Sentinels naming the new master
 	FirstPush  time.Duration `json:"first_push"`  // SIGKILL to the first result a worker pushed
 	Resumed    time.Duration `json:"resumed"`     // SIGKILL to the first attempt started after it being applied
