@@ -50,21 +50,26 @@ func runFailover(ctx context.Context, e env, args []string) error {
 	} else {
 		w := e.stdout
 		ms := func(d time.Duration) string { return fmt.Sprintf("%7.2f s", d.Seconds()) }
-		fmt.Fprintf(w, "failover run: %d records, %.0f refreshes/s offered, replica link cut %v before each kill; %d applied, %d stale results discarded\n\n",
-			rep.Records, rep.OfferedRate, fc.Lag, rep.Applied, rep.Stale)
+		lag := "the replica in sync"
+		if fc.Lag > 0 {
+			lag = fmt.Sprintf("the replica cut off %v before each kill", fc.Lag)
+		}
+		fmt.Fprintf(w, "failover run: %d records, %.0f refreshes/s offered, %s; %d attempts applied, %d stale results discarded\n\n",
+			rep.Records, rep.OfferedRate, lag, rep.Applied, rep.Stale)
 		for i, k := range rep.Kills {
 			fmt.Fprintf(w, "kill %d: SIGKILL to master %s\n", i+1, k.Master)
-			fmt.Fprintf(w, "  Sentinels promoted %s after          %s\n", k.Promoted, ms(k.Failover))
+			fmt.Fprintf(w, "  the Sentinels promoted %s after       %s\n", k.Promoted, ms(k.Failover))
 			fmt.Fprintf(w, "  first result pushed after                      %s\n", ms(k.FirstPush))
-			fmt.Fprintf(w, "  first attempt started after the kill applied   %s\n", ms(k.Resumed))
+			fmt.Fprintf(w, "  first attempt started after the kill applied  %s\n", ms(k.Resumed))
 			fmt.Fprintf(w, "  successes/s in the 5 s before / after          %7.0f / %.0f\n", k.RateBefore, k.RateAfter)
 		}
-		fmt.Fprintf(w, "\nlost with the dead masters (acknowledged, not replicated), all ended by timeout:\n")
-		fmt.Fprintf(w, "  %6d  jobs (pushed by a scheduler before the kill, never popped)\n", rep.JobsLost)
-		fmt.Fprintf(w, "  %6d  results (pushed by a worker before the kill, never applied)\n", rep.ResultsLost)
-		fmt.Fprintf(w, "  %6d  results delayed past the deadline by the outage\n", rep.Late)
-		fmt.Fprintf(w, "  %6d  jobs served twice (their pop was lost: the job came back; a first result lost too is replaced)\n", rep.PoppedTwice)
-		fmt.Fprintf(w, "  %6d  records re-driven by a retry after losing an attempt\n", rep.ReDriven)
+		fmt.Fprintf(w, "\nlost with the dead masters (acknowledged by them, never replicated):\n")
+		fmt.Fprintf(w, "  %6d  jobs pushed by a scheduler, never popped: their attempts timed out\n", rep.JobsLost)
+		fmt.Fprintf(w, "  %6d  results pushed by a worker, never applied: their attempts timed out\n", rep.ResultsLost)
+		fmt.Fprintf(w, "  %6d  pops: the job came back and was served again (replacing a result lost with it)\n", rep.PoppedTwice)
+		fmt.Fprintf(w, "other effects of the outage:\n")
+		fmt.Fprintf(w, "  %6d  results delayed past their deadline: their attempts timed out\n", rep.Late)
+		fmt.Fprintf(w, "  %6d  records whose timed-out attempt was re-driven by a successful retry\n", rep.ReDriven)
 		fmt.Fprintln(w, "invariants:")
 		for _, inv := range rep.Invariants {
 			verdict := "ok"
