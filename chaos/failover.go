@@ -211,9 +211,12 @@ func RunFailover(ctx context.Context, cfg FailoverConfig) (FailoverReport, error
 		pollers = append(pollers, p)
 		pollWG.Go(func() { p.Run(loadCtx) })
 	}
-	if r.q, _, err = r.connect(ctx); err != nil { // closed with the servers
+	q, closeQ, err := r.connect(ctx) // the workers'
+	if err != nil {
 		return rep, err
 	}
+	defer closeQ()
+	r.q = q
 	workCtx, stopWork := context.WithCancel(loadCtx)
 	defer stopWork()
 	for range cfg.Workers {

@@ -34,7 +34,7 @@ func TestFailover(t *testing.T) {
 		t.Skip("skipping: redis-server is not installed (scripts/redis-sentinel.sh installs it; set CI=1 to make this a failure)")
 	}
 	admin := testsvc.AdminDatabaseURL(t)
-	port, err := testsvc.FreePorts(24000, 5, 0)
+	port, err := testsvc.FreePorts(26000, 5, 0) // apart from RedisSentinel's ports
 	if err != nil {
 		t.Fatal(err)
 	}

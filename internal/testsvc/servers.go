@@ -30,7 +30,7 @@ func RedisCluster(t testing.TB) string {
 		return u
 	}
 	// The bus ports (port + 10000) stay below Linux's ephemeral range.
-	return startScript(t, "redis-cluster.sh", 21000, 6, 10000, nil)
+	return startScript(t, "redis-cluster.sh", 20000, 6, 10000, nil)
 }
 
 // RedisSentinel returns the URL of a Sentinel-managed Redis (a master, a
