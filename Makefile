@@ -7,10 +7,10 @@ BIN := bin/bigtables
 # can report its own deadline as a failure (golang/go#75804, fixed in 1.27).
 FUZZTIME ?= 500000x
 
-.PHONY: help chaos chaos-short example-deps build test check unit bench-smoke bench bench-short fuzz services run demo-reset migrate docker-up docker-down docker-config clean
+.PHONY: help chaos chaos-short failover redis-cluster redis-cluster-stop redis-sentinel redis-sentinel-stop example-deps build test check unit bench-smoke bench bench-short fuzz services run demo-reset migrate docker-up docker-down docker-config clean
 
 help: ## list the targets
-	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-19s %s\n", $$1, $$2}'
 
 build: ## build bin/bigtables
 	$(GO) build -o $(BIN) ./cmd/bigtables
@@ -41,6 +41,22 @@ chaos: build services ## the long fault run: 3,000 records, 2 minutes of kills, 
 
 chaos-short: build services ## the fault run's short form, as CI runs it
 	$(BIN) chaos --records 300 --faults 20s $(CHAOSFLAGS)
+
+failover: build services ## the failover run: kill the Sentinel-managed Redis master under load, twice, then once after cutting its replica off
+	$(BIN) failover --kills 2 $(FAILOVERFLAGS)
+	$(BIN) failover --kills 1 --lag 500ms $(FAILOVERFLAGS)
+
+redis-cluster: ## start a private Redis Cluster (3 masters, 3 replicas) on ports 7101-7106; prints its REDIS_URL
+	@scripts/redis-cluster.sh start
+
+redis-cluster-stop: ## stop it
+	@scripts/redis-cluster.sh stop
+
+redis-sentinel: ## start a private master, replica and 3 Sentinels on ports 7111-7115; prints its REDIS_URL
+	@scripts/redis-sentinel.sh start
+
+redis-sentinel-stop: ## stop them
+	@scripts/redis-sentinel.sh stop
 
 fuzz: ## fuzz the decoders and parsers, FUZZTIME each (default 500000x executions)
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeResult$$' -fuzztime $(FUZZTIME) ./protocol

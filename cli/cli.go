@@ -15,6 +15,7 @@
 //	worker-check  check that a worker in any language keeps the protocol
 //	bench         measure throughput, latency, scaling and memory
 //	chaos         the fault run
+//	failover      the Redis failover run
 //
 // The three long-running processes (scheduler, poller, worker) wait for
 // PostgreSQL and Redis at start, retrying with backoff, so the order in
@@ -69,6 +70,7 @@ var commands = []command{
 	{"worker-check", "check that a worker in any language keeps the protocol", runWorkerCheck},
 	{"bench", "measure throughput, latency, scaling and memory against local services", runBench},
 	{"chaos", "the fault run: kill processes, restart Redis, misbehave, then check invariants", runChaos},
+	{"failover", "the failover run: kill the Sentinel-managed Redis master under load, measure what it costs", runFailover},
 }
 
 func lookup(name string) (command, bool) {
@@ -312,6 +314,10 @@ func (c Config) openQueue(ctx context.Context) (*queue.Queue, func() error, erro
 	rdb, err := queue.Connect(ctx, c.RedisURL)
 	if err != nil {
 		return nil, nil, err
+	}
+	if err := c.Queues.ValidateFor(rdb); err != nil { // Redis Cluster: one hash slot
+		rdb.Close()
+		return nil, nil, usageError{err.Error()}
 	}
 	return queue.New(rdb, c.Queues), rdb.Close, nil
 }

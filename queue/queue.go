@@ -98,18 +98,16 @@ func New(rdb redis.UniversalClient, names Names, opts ...Option) *Queue {
 // Names returns the queue names.
 func (q *Queue) Names() Names { return q.names }
 
-// Connect opens a Redis client from a redis:// or rediss:// (TLS) URL, with
+// Connect opens a Redis client from a redis:// or rediss:// (TLS) URL, or
+// a redis-sentinel:// or redis+cluster:// one (see SchemeSentinel), with
 // AUTH from the URL, and checks that it answers. Errors never contain the
 // password.
 func Connect(ctx context.Context, rawURL string) (redis.UniversalClient, error) {
-	opt, err := redis.ParseURL(rawURL)
+	opt, err := parseURL(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("parse Redis URL %s: %w", redact.URL(rawURL), redact.Error(err, rawURL))
 	}
-	opt.DialTimeout = 5 * time.Second
-	opt.ReadTimeout = 5 * time.Second // blocking pops extend it by their own timeout
-	opt.WriteTimeout = 5 * time.Second
-	rdb := redis.NewClient(opt)
+	rdb := opt.newClient()
 	pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := rdb.Ping(pingCtx).Err(); err != nil {

@@ -112,7 +112,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if len(cfg.Command) == 0 {
 		return Report{}, fmt.Errorf("worker-check: no worker command given (bigtables worker-check -- CMD ARGS...)")
 	}
-	prefix := fmt.Sprintf("bigtables-check-%d:", time.Now().UnixNano())
+	prefix := fmt.Sprintf("{bigtables-check-%d}:", time.Now().UnixNano()) // one hash tag: one slot in Redis Cluster
 	names := queue.Names{Input: prefix + "input", Output: prefix + "output", Dead: prefix + "dead"}
 	q := queue.New(cfg.Redis, names)
 	defer cfg.Redis.Del(context.WithoutCancel(ctx), names.Input, names.Output, names.Dead)
