@@ -121,10 +121,8 @@ func applyBatch(rows map[string]store.Row, busy map[string]bool, items []item, n
 		}
 		plan.applied++
 		if outcome != "" {
-			plan.finished = append(plan.finished, store.Attempt{
-				AttemptUID: r.AttemptUID, UID: r.BigTableUID, AttemptNo: old.AttemptNo, StartedAt: old.StartedAt,
-				FinishedAt: now, Outcome: outcome, Message: r.Message, Decision: string(step.Decision),
-			})
+			// Applied, so r.AttemptUID is old.AttemptUID.
+			plan.finished = append(plan.finished, store.Ended(r.BigTableUID, old, now, outcome, r.Message, step.Decision))
 		}
 		if i, done := changed[r.BigTableUID]; done {
 			plan.save[i] = row
