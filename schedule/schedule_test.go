@@ -235,7 +235,12 @@ func TestRebaseMatchesLibrary(t *testing.T) {
 		for _, start := range starts {
 			text := "DTSTART:" + start + "Z\nRRULE:" + r.rule
 			s := MustParse(text)
-			ref, err := rrule.NewRRule(s.opt)
+			opt, err := rrule.StrToROption(r.rule)
+			if err != nil {
+				t.Fatal(err)
+			}
+			opt.Dtstart = s.Start()
+			ref, err := rrule.NewRRule(*opt)
 			if err != nil {
 				t.Fatal(err)
 			}
