@@ -25,7 +25,7 @@ const (
 	// is one day examined, or one HOURLY/MINUTELY/SECONDLY period examined.
 	// The calendar repeats every 400 years (146,097 days), so a rule that
 	// has an occurrence has one within that many steps of any instant.
-	maxSteps = 1_000_000
+	maxSteps = 500_000
 )
 
 type freq int
@@ -158,6 +158,8 @@ type plan struct {
 	freq     freq
 	interval int64
 	start    int64 // DTSTART's wall clock
+	sday     int64 // DTSTART's day, year and month
+	sy, sm   int
 	wkst     int64 // 0 = Monday
 	count    int
 
@@ -443,6 +445,9 @@ func (c *cursor) dayOK(doy int) bool {
 
 // dayNumberOK is dayOK for an absolute day number (no ordinal BYDAY).
 func (c *cursor) dayNumberOK(day int64) bool {
+	if doy := day - c.yi.jan1; doy >= 0 && doy < int64(c.yi.length) {
+		return c.dayOK(int(doy))
+	}
 	y, _, _ := civilFromDays(day)
 	yi := c.year(y)
 	return c.dayOK(int(day - yi.jan1))
@@ -461,7 +466,19 @@ func (s *periodSet) elem(i int64) int64 {
 		return s.sel[i]
 	}
 	nt := s.p.ntimes()
+	if nt == 1 {
+		return s.days[i]*secPerDay + s.p.tod(0)
+	}
 	return s.days[i/nt]*secPerDay + s.p.tod(i%nt)
+}
+
+// bounds returns wall clocks at or below instance i0 and at or above the
+// last instance, cheaply.
+func (s *periodSet) bounds(i0 int64) (lo, hi int64) {
+	if s.days == nil {
+		return s.sel[i0], s.sel[s.n-1]
+	}
+	return s.days[i0/s.p.ntimes()] * secPerDay, s.days[len(s.days)-1]*secPerDay + secPerDay - 1
 }
 
 // rank returns how many instances are below wall clock x.
@@ -506,8 +523,7 @@ func (c *cursor) period(k int64) (s periodSet, start int64, ok bool) {
 	p := c.p
 	s.p = p
 	c.days = c.days[:0]
-	sday := floorDiv(p.start, secPerDay)
-	sy, sm, _ := civilFromDays(sday)
+	sday, sy, sm := p.sday, p.sy, p.sm
 	addYear := func(y int, m0, m1 int) { // months m0..m1 of year y
 		yi := c.year(y)
 		ms := &monthStart[yi.leap]
@@ -638,6 +654,28 @@ func (p *plan) gridAtOrAfter(x int64) int64 {
 	return p.grid0 + ceilDiv(x-p.grid0, p.step)*p.step
 }
 
+// cycle returns how far the rule's pattern of wall clocks repeats itself:
+// in periods for DAILY and longer rules, in seconds for shorter ones (0 when
+// too long to matter). The Gregorian calendar repeats every 400 years
+// (4,800 months, 20,871 weeks, 146,097 days), and a sub-daily rule's times of
+// day every lcm(step, 1 day). A search that finds nothing over a whole cycle
+// will never find anything.
+func (p *plan) cycle() int64 {
+	if p.unit == 0 {
+		n := map[freq]int64{yearly: 400, monthly: 4800, weekly: 20871, daily: 146097}[p.freq]
+		return n / gcd(p.interval, n)
+	}
+	n := int64(secPerDay)
+	if p.hasDayFilter() {
+		n *= 146097
+	}
+	q := p.step / gcd(p.step, n)
+	if q > maxWall/n {
+		return 0
+	}
+	return q * n
+}
+
 // searchResult says how a search ended.
 type searchResult int
 
@@ -651,10 +689,12 @@ const (
 // time) with a wall clock above l and at most stop.
 func (c *cursor) after(l, stop int64) (int64, searchResult) {
 	p := c.p
+	cycle := p.cycle()
 	if p.unit == 0 {
-		for k := p.periodOf(l + 1); ; k++ {
+		k0 := p.periodOf(l + 1)
+		for k := k0; ; k++ {
 			s, start, ok := c.period(k)
-			if !ok || start > stop {
+			if !ok || start > stop || k-k0 > cycle {
 				return 0, exhausted
 			}
 			if i := s.rank(l + 1); i < s.n {
@@ -672,8 +712,9 @@ func (c *cursor) after(l, stop int64) (int64, searchResult) {
 	if l >= g {
 		g += floorDiv(l-g, p.step) * p.step
 	}
+	g0 := g
 	for {
-		if g > stop {
+		if g > stop || cycle > 0 && g-g0 > cycle+p.step {
 			return 0, exhausted
 		}
 		c.steps++
@@ -787,6 +828,7 @@ type gapList struct {
 	next    time.Time // instant to continue the scan from
 	started bool
 	list    [][2]int64
+	from    int // gaps before list[from] end at or below the last a asked
 }
 
 // in returns the gaps intersecting walls [a, b].
@@ -812,12 +854,68 @@ func (g *gapList) in(a, b int64) [][2]int64 {
 		g.upto = min(before+1, after)
 		g.next = e
 	}
-	i := sort.Search(len(g.list), func(i int) bool { return g.list[i][1] > a })
-	j := i
+	// Calls come with increasing a (a search only moves forward).
+	if g.from > 0 && g.list[g.from-1][1] > a {
+		g.from = 0
+	}
+	for g.from < len(g.list) && g.list[g.from][1] <= a {
+		g.from++
+	}
+	j := g.from
 	for j < len(g.list) && g.list[j][0] <= b {
 		j++
 	}
-	return g.list[i:j]
+	return g.list[g.from:j]
+}
+
+// perDay returns how many instances a kept day has when the period starts
+// fall at the same times every day (the step divides a day), else 0.
+func (p *plan) perDay() int64 {
+	if p.unit == 0 || secPerDay%p.step != 0 {
+		return 0
+	}
+	phase := floorMod(p.grid0, p.step)
+	on := func(t int64) bool { return floorMod(t-phase, p.step) == 0 }
+	n := int64(0)
+	for h := int64(0); h < 24; h++ {
+		if p.hourSet != 0 && p.hourSet&(1<<h) == 0 {
+			continue
+		}
+		if p.unit == 3600 {
+			if on(h * 3600) {
+				n++
+			}
+			continue
+		}
+		for m := int64(0); m < 60; m++ {
+			if p.minuteSet != 0 && p.minuteSet&(1<<m) == 0 {
+				continue
+			}
+			if p.unit == 60 {
+				if on(h*3600 + m*60) {
+					n++
+				}
+				continue
+			}
+			for s := int64(0); s < 60; s++ {
+				if (p.secondSet == 0 || p.secondSet&(1<<s) != 0) && on(h*3600+m*60+s) {
+					n++
+				}
+			}
+		}
+	}
+	return n * int64(len(p.offsets))
+}
+
+// lastOfDay returns the last instance of a kept day of a sub-daily rule.
+func (c *cursor) lastOfDay(day int64) int64 {
+	p, last := c.p, int64(-1)
+	for g := p.gridAtOrAfter(day * secPerDay); g < (day+1)*secPerDay; g += p.step {
+		if ok, _ := c.subPeriod(g); ok {
+			last = g + p.offsets[len(p.offsets)-1]
+		}
+	}
+	return last
 }
 
 // findLast walks the rule from DTSTART and returns the wall clock of its
@@ -834,8 +932,7 @@ func (p *plan) findLast() (int64, searchResult) {
 		if i0 >= s.n {
 			return 0, false
 		}
-		lo, hi := s.elem(i0), s.elem(s.n-1)
-		gaps := c.gaps.in(lo, hi)
+		gaps := c.gaps.in(s.bounds(i0))
 		missing := int64(0)
 		for _, g := range gaps {
 			missing += max(s.rank(g[1]), i0) - max(s.rank(g[0]), i0)
@@ -843,7 +940,9 @@ func (p *plan) findLast() (int64, searchResult) {
 		n := s.n - i0 - missing
 		if n < left {
 			left -= n
-			if n > 0 {
+			if n > 0 && len(gaps) == 0 {
+				last = s.elem(s.n - 1)
+			} else if n > 0 {
 				idx := s.n - 1
 				for _, g := range slices.Backward(gaps) {
 					if r0, r1 := max(s.rank(g[0]), i0), max(s.rank(g[1]), i0); idx >= r0 && idx < r1 {
@@ -863,10 +962,12 @@ func (p *plan) findLast() (int64, searchResult) {
 		}
 		return s.elem(idx), true
 	}
+	cycle := p.cycle()
 	if p.unit == 0 {
+		kLast := int64(0) // the last period with an occurrence, or 0
 		for k := int64(0); ; k++ {
 			s, _, ok := c.period(k)
-			if !ok {
+			if !ok || k-kLast > cycle+1 {
 				return last, exhausted
 			}
 			i0 := int64(0)
@@ -876,13 +977,38 @@ func (p *plan) findLast() (int64, searchResult) {
 			if w, done := take(&s, i0); done {
 				return w, found
 			}
+			if s.n > i0 {
+				kLast = k
+			}
 			if c.steps > maxSteps {
 				return 0, overLimit
 			}
 		}
 	}
 	s := periodSet{p: p}
+	gLast := p.grid0
+	perDay := p.perDay()
+	skipped := int64(-1) // the last day counted whole
+	final := func() int64 {
+		if skipped >= 0 && last < skipped*secPerDay {
+			return c.lastOfDay(skipped)
+		}
+		return last
+	}
 	for g := p.grid0; g <= maxWall; {
+		if cycle > 0 && g-gLast > cycle+p.step {
+			return final(), exhausted
+		}
+		if day := floorDiv(g, secPerDay); perDay > 0 && perDay < left && g-day*secPerDay < p.step &&
+			day*secPerDay > p.start && (day+1)*secPerDay-1 <= maxWall && c.dayNumberOK(day) &&
+			len(c.gaps.in(day*secPerDay, (day+1)*secPerDay-1)) == 0 {
+			// A whole day with no gap: count it at once.
+			c.steps++
+			left -= perDay
+			skipped, gLast = day, g
+			g = p.gridAtOrAfter((day + 1) * secPerDay)
+			continue
+		}
 		c.steps++
 		if c.steps > maxSteps {
 			return 0, overLimit
@@ -902,7 +1028,10 @@ func (p *plan) findLast() (int64, searchResult) {
 		if w, done := take(&s, 0); done {
 			return w, found
 		}
+		if s.n > 0 {
+			gLast = g
+		}
 		g += p.step
 	}
-	return last, exhausted
+	return final(), exhausted
 }

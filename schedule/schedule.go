@@ -129,6 +129,10 @@ func Parse(text string, defaultStart time.Time) (*Schedule, error) {
 		return nil, err
 	}
 	s := &Schedule{p: p}
+	if !s.Start().After(time.Time{}) {
+		// Callers read the zero time as "no occurrence".
+		return nil, invalid("DTSTART must be after 0001-01-01T00:00:00Z (Go's zero time, which stands for no time)")
+	}
 	s.text = s.canonical(value)
 	return s, nil
 }
@@ -371,7 +375,8 @@ func buildPlan(value string, start int64, loc *time.Location) (*plan, error) {
 	// Day filters, with the values RFC 5545 takes from DTSTART when the
 	// rule gives none.
 	sday := floorDiv(start, secPerDay)
-	_, sm, sd := civilFromDays(sday)
+	sy, sm, sd := civilFromDays(sday)
+	p.sday, p.sy, p.sm = sday, sy, sm
 	for _, m := range bymonth {
 		p.months |= 1 << m
 	}
@@ -479,6 +484,17 @@ func buildPlan(value string, start int64, loc *time.Location) (*plan, error) {
 			most := int64(map[freq]int{yearly: 366, monthly: 31, weekly: 7, daily: 1}[p.freq])
 			if p.hasMday && p.freq != yearly {
 				most = min(most, int64(bits.OnesCount32(p.mdays)+bits.OnesCount32(p.nmdays)))
+			}
+			if p.weekdays != 0 || p.nth != nil {
+				perMonth := int64(5*bits.OnesCount8(p.weekdays) + len(p.nth))
+				switch p.freq {
+				case monthly:
+					most = min(most, perMonth)
+				case yearly:
+					most = min(most, 12*perMonth)
+				case weekly:
+					most = min(most, int64(bits.OnesCount8(p.weekdays)))
+				}
 			}
 			most *= p.ntimes()
 			if !slices.ContainsFunc(p.setpos, func(pos int) bool { return int64(max(pos, -pos)) <= most }) {
