@@ -680,9 +680,9 @@ func (p *plan) cycle() int64 {
 type searchResult int
 
 const (
-	found searchResult = iota
-	exhausted          // no occurrence: past UNTIL, COUNT or the year 9999
-	overLimit          // maxSteps reached
+	found     searchResult = iota
+	exhausted              // no occurrence: past UNTIL, COUNT or the year 9999
+	overLimit              // maxSteps reached
 )
 
 // after returns the first instance of the rule (existing or not as a local

@@ -164,7 +164,7 @@ func TestPathologicalAnswers(t *testing.T) {
 	all := MustParse("DTSTART:20240101T000000Z\nRRULE:FREQ=YEARLY;BYMONTH=" + seq(1, 12) + ";BYMONTHDAY=" + seq(1, 31) +
 		";BYHOUR=" + seq(0, 23) + ";BYMINUTE=" + seq(0, 59) + ";BYSECOND=" + seq(0, 59) + ";COUNT=1000000")
 	for _, c := range []occurrence{
-		{"2024-07-01T12:00:00Z", ""}, // COUNT ended in January
+		{"2024-07-01T12:00:00Z", ""},                     // COUNT ended in January
 		{"2024-01-12T13:46:38Z", "2024-01-12T13:46:39Z"}, // the millionth
 		{"2024-01-12T13:46:39Z", ""},
 	} {
