@@ -26,6 +26,9 @@ const (
 	// The calendar repeats every 400 years (146,097 days), so a rule that
 	// has an occurrence has one within that many steps of any instant.
 	maxSteps = 500_000
+	// maxCountSteps bounds the walk that finds the last occurrence of a
+	// COUNT rule (limit 3).
+	maxCountSteps = 100_000
 )
 
 type freq int
@@ -980,7 +983,7 @@ func (p *plan) findLast() (int64, searchResult) {
 			if s.n > i0 {
 				kLast = k
 			}
-			if c.steps > maxSteps {
+			if c.steps > maxCountSteps {
 				return 0, overLimit
 			}
 		}
@@ -1010,7 +1013,7 @@ func (p *plan) findLast() (int64, searchResult) {
 			continue
 		}
 		c.steps++
-		if c.steps > maxSteps {
+		if c.steps > maxCountSteps {
 			return 0, overLimit
 		}
 		ok, skip := c.subPeriod(g)

@@ -3,6 +3,8 @@ package schedule
 import (
 	"errors"
 	"fmt"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -233,5 +235,81 @@ func BenchmarkNextPathological(b *testing.B) {
 				s.Next(now)
 			}
 		})
+	}
+}
+
+// TestRFC5545Examples walks the examples of RFC 5545 §3.8.5.3 listed in
+// testdata/rfc5545_examples.txt and checks every listed occurrence, in order,
+// and the end of the finite ones.
+func TestRFC5545Examples(t *testing.T) {
+	data, err := os.ReadFile("testdata/rfc5545_examples.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type example struct {
+		title, text string
+		walls       []string
+		end         bool
+	}
+	var all []*example
+	var cur *example
+	for _, line := range strings.Split(string(data), "\n") {
+		switch {
+		case strings.HasPrefix(line, "# ") && (cur == nil || cur.text != ""):
+			cur = &example{title: line[2:]}
+			all = append(all, cur)
+		case cur == nil || strings.HasPrefix(line, "#") || strings.TrimSpace(line) == "":
+		case strings.HasPrefix(line, "= "):
+			for _, tok := range strings.Fields(line[2:]) {
+				if tok == "end" {
+					cur.end = true
+					continue
+				}
+				if a, b, ok := strings.Cut(tok, "-"); ok {
+					from, _ := strconv.Atoi(a[6:])
+					to, _ := strconv.Atoi(b)
+					for d := from; d <= to; d++ {
+						cur.walls = append(cur.walls, fmt.Sprintf("%s%02d", a[:6], d))
+					}
+					continue
+				}
+				cur.walls = append(cur.walls, tok)
+			}
+		default:
+			cur.text += line + "\n"
+		}
+	}
+	if len(all) < 40 {
+		t.Fatalf("read %d examples", len(all))
+	}
+	for _, ex := range all {
+		s, err := Parse(ex.text, time.Time{})
+		if err == nil {
+			err = s.Validate()
+		}
+		if err != nil {
+			t.Errorf("%s: %v", ex.title, err)
+			continue
+		}
+		tod := s.Start().In(s.Location()).Format("T150405")
+		at := s.Start().Add(-time.Second)
+		for i, w := range ex.walls {
+			if len(w) == 8 {
+				w += tod
+			}
+			want, err := time.ParseInLocation("20060102T150405", w, s.Location())
+			if err != nil {
+				t.Fatalf("%s: %v", ex.title, err)
+			}
+			if at = s.Next(at); !at.Equal(want) {
+				t.Errorf("%s: occurrence %d = %v; RFC lists %v", ex.title, i+1, at, want)
+				break
+			}
+		}
+		if ex.end {
+			if next := s.Next(at); !next.IsZero() {
+				t.Errorf("%s: occurrence after the last listed: %v", ex.title, next)
+			}
+		}
 	}
 }

@@ -505,7 +505,7 @@ func buildPlan(value string, start int64, loc *time.Location) (*plan, error) {
 	if p.count > 0 {
 		last, res := p.findLast()
 		if res == overLimit {
-			return nil, invalid("COUNT=%d is too large to evaluate cheaply: its occurrences are not all found within %d steps (limit 3); use UNTIL instead", p.count, maxSteps)
+			return nil, invalid("COUNT=%d is too large to evaluate cheaply: its occurrences are not all found within %d steps (limit 3); use UNTIL instead", p.count, maxCountSteps)
 		}
 		p.last = last
 	}
