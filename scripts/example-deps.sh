@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Install what the example workers need, only where it is missing:
-# Debian's python3-redis (into /usr/bin/python3), jq, redis-cli and curl, and
-# the Node example's npm packages.
+# Install what the example workers and the tests need, only where it is
+# missing: Debian's python3-redis and python3-dateutil (into /usr/bin/python3;
+# dateutil is the reference of schedule's differential test), jq, redis-cli
+# and curl, and the Node example's npm packages.
 set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
 say() { printf 'example-deps: %s\n' "$*" >&2; }
@@ -9,6 +10,7 @@ sudo_() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
 missing=()
 /usr/bin/python3 -c 'import redis' 2>/dev/null || missing+=(python3-redis)
+/usr/bin/python3 -c 'import dateutil.rrule' 2>/dev/null || missing+=(python3-dateutil)
 command -v jq >/dev/null || missing+=(jq)
 command -v redis-cli >/dev/null || missing+=(redis-tools)
 command -v curl >/dev/null || missing+=(curl)
