@@ -845,8 +845,8 @@ func (g *gapList) in(a, b int64) [][2]int64 {
 		g.upto = a - secPerDay
 	}
 	for g.upto <= b {
-		_, e := g.next.In(g.loc).ZoneBounds()
-		if e.IsZero() || !e.After(g.next) {
+		e, ok := nextBound(g.next, g.loc)
+		if !ok {
 			g.upto = maxWall + 1
 			break
 		}
@@ -919,6 +919,38 @@ func (c *cursor) lastOfDay(day int64) int64 {
 		}
 	}
 	return last
+}
+
+// nextBound returns the first instant after t where the zone's offset may
+// change: a transition, or a bound Go's ZoneBounds reports at a year's end
+// (where the offset stays). false when the offset never changes again.
+func nextBound(t time.Time, loc *time.Location) (time.Time, bool) {
+	x := t.Add(time.Second).In(loc)
+	_, e := x.ZoneBounds()
+	if e.IsZero() {
+		return e, false
+	}
+	if e.After(x) {
+		return e, true
+	}
+	// Go 1.26 can report the end of a leap year's last zone period one
+	// day early and then keep reporting it: look one day ahead instead,
+	// and find the change by bisection if the offset differs there.
+	_, off := x.Zone()
+	hi := x.Add(24 * time.Hour)
+	if _, o := hi.Zone(); o == off {
+		return hi, true
+	}
+	lo := x
+	for hi.Sub(lo) > time.Second {
+		mid := lo.Add(hi.Sub(lo) / 2).Truncate(time.Second)
+		if _, o := mid.Zone(); o == off {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return hi, true
 }
 
 // findLast walks the rule from DTSTART and returns the wall clock of its
@@ -1008,7 +1040,7 @@ func (p *plan) findLast() (int64, searchResult) {
 			// A whole day with no gap: count it at once.
 			c.steps++
 			left -= perDay
-			skipped, gLast = day, g
+			skipped, gLast = day, (day+1)*secPerDay-1
 			g = p.gridAtOrAfter((day + 1) * secPerDay)
 			continue
 		}

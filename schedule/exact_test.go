@@ -68,6 +68,19 @@ func TestIssueCases(t *testing.T) {
 			{"2024-10-27T00:30:00Z", "2024-10-27T00:40:00Z"},
 			{"2024-10-27T00:40:00Z", ""},
 		}},
+		// Found by the long differential run: COUNT walks that counted a
+		// whole day and then gave up one day later, and clock changes after
+		// 2037 (Go's ZoneBounds stops at the end of leap year 2040).
+		{"COUNT after a day counted whole", "DTSTART;TZID=Asia/Kolkata:20210927T170000\nRRULE:FREQ=MINUTELY;BYHOUR=13;INTERVAL=5;COUNT=16", []occurrence{
+			{"2021-09-28T10:25:01Z", "2021-09-29T07:30:00Z"},
+			{"2021-09-29T07:45:00Z", ""},
+		}},
+		{"COUNT skipping gaps after 2040", "DTSTART;TZID=America/New_York:20240310T023000\nRRULE:FREQ=YEARLY;INTERVAL=5;COUNT=37", []occurrence{
+			{"2214-03-10T06:30:00Z", "2214-03-10T07:30:00Z"},
+		}},
+		{"COUNT skipping gaps after 2040, monthly", "DTSTART;TZID=Europe/Paris:20241027T023000\nRRULE:FREQ=MONTHLY;BYMONTH=3;COUNT=36", []occurrence{
+			{"2063-02-05T15:00:00Z", "2063-03-27T00:30:00Z"},
+		}},
 		// 6. Go's zero time as DTSTART is refused (TestParseErrors); the
 		// second after it is the year 1, not now.
 		{"6 DTSTART year 1", "DTSTART:00010101T000001Z\nRRULE:FREQ=MONTHLY", []occurrence{
