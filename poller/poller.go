@@ -53,6 +53,42 @@ type Config struct {
 	// Draw returns uniform random numbers in [0, 1) for randomized retry
 	// strategies. Default math/rand/v2's Float64.
 	Draw func() float64
+	// Observer, if set, is told what every batch and every round of Run
+	// did (metrics, health).
+	Observer Observer
+}
+
+// Observer is told what the poller did. Its methods must not block.
+type Observer interface {
+	// ObserveResults is called once a batch is acknowledged (and for
+	// oversized results dead-lettered by the drain itself).
+	ObserveResults(BatchCounts)
+	// ObserveRound is called after each round of Run's loop: how many
+	// results it handled (0: the output list was empty), how long it
+	// took and its error (nil on success).
+	ObserveRound(results int, took time.Duration, err error)
+}
+
+// Result outcomes, as BatchCounts reports them.
+const (
+	OutcomeApplied = "applied" // the result changed its record
+	OutcomeStale   = "stale"   // the result's attempt is not the record's: discarded
+	OutcomeDead    = "dead"    // the result went to the dead-letter list
+)
+
+// TypeInvalid is the result type BatchCounts reports for results that
+// could not be decoded (their type is unknown).
+const TypeInvalid = "invalid"
+
+// ResultKind is a result's type (success, failure, status, or TypeInvalid)
+// and what became of it (an Outcome* constant).
+type ResultKind struct{ Type, Outcome string }
+
+// BatchCounts is what became of a batch's results.
+type BatchCounts struct {
+	Results map[ResultKind]int
+	// Disabled counts records a final failure disabled.
+	Disabled int
 }
 
 func (c Config) withDefaults() Config {
@@ -129,6 +165,9 @@ func (p *Poller) Once(ctx context.Context) (int, error) {
 	}
 	if oversized > 0 {
 		p.dead.Add(int64(oversized))
+		if p.cfg.Observer != nil {
+			p.cfg.Observer.ObserveResults(BatchCounts{Results: map[ResultKind]int{{TypeInvalid, OutcomeDead}: oversized}})
+		}
 		p.log.Warn("oversized results dead-lettered", "count", oversized, "limit_bytes", p.cfg.MaxResultBytes)
 	}
 	if len(raw) == 0 {
@@ -144,8 +183,10 @@ func (p *Poller) Once(ctx context.Context) (int, error) {
 // acknowledged: the batch stays in the processing list and is tried again.
 func (p *Poller) process(ctx context.Context, raw []string) error {
 	var dead []protocol.DeadLetter
-	deadLetter := func(value, reason string) {
+	var deadTypes []string
+	deadLetter := func(value, reason, typ string) {
 		dead = append(dead, protocol.DeadLetter{Reason: reason, DeadAt: time.Now().UTC(), Raw: value})
+		deadTypes = append(deadTypes, typ)
 	}
 	type item struct {
 		raw string
@@ -157,7 +198,7 @@ func (p *Poller) process(ctx context.Context, raw []string) error {
 	for _, v := range raw {
 		r, err := protocol.DecodeResult([]byte(v), p.cfg.MaxResultBytes)
 		if err != nil {
-			deadLetter(v, err.Error())
+			deadLetter(v, err.Error(), TypeInvalid)
 			continue
 		}
 		valid = append(valid, item{v, r})
@@ -169,8 +210,11 @@ func (p *Poller) process(ctx context.Context, raw []string) error {
 	decodeDead := len(dead)
 
 	var applied, stale int64
+	var counts BatchCounts
 	err := p.store.InTx(ctx, func(tx *store.Tx) error {
 		dead, applied, stale = dead[:decodeDead], 0, 0
+		deadTypes = deadTypes[:decodeDead]
+		counts = BatchCounts{Results: map[ResultKind]int{}}
 		rows, err := tx.Lock(ctx, uids)
 		if err != nil {
 			return err
@@ -183,12 +227,12 @@ func (p *Poller) process(ctx context.Context, raw []string) error {
 			r := it.res
 			row, ok := rows[r.BigTableUID]
 			if !ok {
-				deadLetter(it.raw, fmt.Sprintf("unknown record: no big_table_uid %q", r.BigTableUID))
+				deadLetter(it.raw, fmt.Sprintf("unknown record: no big_table_uid %q", r.BigTableUID), string(r.Type))
 				continue
 			}
 			rules, err := p.rules.Get(row.Schedule, row.Policy)
 			if err != nil {
-				deadLetter(it.raw, fmt.Sprintf("record %q cannot apply results: %v", r.BigTableUID, err))
+				deadLetter(it.raw, fmt.Sprintf("record %q cannot apply results: %v", r.BigTableUID, err), string(r.Type))
 				continue
 			}
 			old := row.State
@@ -210,6 +254,7 @@ func (p *Poller) process(ctx context.Context, raw []string) error {
 			}
 			if errors.Is(err, refresh.ErrStale) {
 				stale++
+				counts.Results[ResultKind{string(r.Type), OutcomeStale}]++
 				p.log.Debug("stale result discarded", "uid", r.BigTableUID, "attempt_uid", r.AttemptUID,
 					"current_attempt_uid", old.AttemptUID, "type", r.Type, "why", err)
 				continue
@@ -218,6 +263,10 @@ func (p *Poller) process(ctx context.Context, raw []string) error {
 				return fmt.Errorf("apply %s to %s: %w", r.Type, r.BigTableUID, err)
 			}
 			applied++
+			counts.Results[ResultKind{string(r.Type), OutcomeApplied}]++
+			if row.Disabled && !old.Disabled {
+				counts.Disabled++
+			}
 			if outcome != "" {
 				finished = append(finished, store.Attempt{
 					AttemptUID: r.AttemptUID, UID: r.BigTableUID, AttemptNo: old.AttemptNo, StartedAt: old.StartedAt,
@@ -258,6 +307,12 @@ func (p *Poller) process(ctx context.Context, raw []string) error {
 	p.stale.Add(stale)
 	p.dead.Add(int64(len(dead)))
 	p.batches.Add(1)
+	if p.cfg.Observer != nil {
+		for _, t := range deadTypes {
+			counts.Results[ResultKind{t, OutcomeDead}]++
+		}
+		p.cfg.Observer.ObserveResults(counts)
+	}
 	p.log.Debug("batch applied", "results", len(raw), "applied", applied, "stale", stale, "dead", len(dead))
 	return nil
 }
@@ -273,6 +328,7 @@ func (p *Poller) Run(ctx context.Context) error {
 	backoff := time.Duration(0)
 	for ctx.Err() == nil {
 		var n int
+		roundStart := time.Now()
 		err := func() error {
 			if time.Since(lastBeat) > p.cfg.Lease/3 {
 				if err := p.queue.Heartbeat(work, p.cfg.ID, p.cfg.Lease); err != nil {
@@ -289,6 +345,9 @@ func (p *Poller) Run(ctx context.Context) error {
 			n, err = p.Once(work)
 			return err
 		}()
+		if p.cfg.Observer != nil {
+			p.cfg.Observer.ObserveRound(n, time.Since(roundStart), err)
+		}
 		if err != nil {
 			lastBeat = time.Time{}
 			backoff = min(max(2*backoff, p.cfg.Idle), p.cfg.MaxBackoff)
