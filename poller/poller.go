@@ -109,7 +109,6 @@ type BatchCounts struct {
 	Disabled int
 }
 
-
 // DefaultDeadCap is the default cap of the dead-letter list.
 const DefaultDeadCap = 100_000
 
