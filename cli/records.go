@@ -130,7 +130,7 @@ func (d *defFlags) apply(set map[string]bool, def *store.Definition, pol *refres
 		pol.SetStrategy(st)
 	}
 	if set["timeout"] {
-		t, err := refresh.ParseDuration(d.timeout)
+		t, err := refresh.TimeoutRange.Parse(d.timeout)
 		if err != nil {
 			return usagef("--timeout: %v", err)
 		}
@@ -150,7 +150,7 @@ func (d *defFlags) apply(set map[string]bool, def *store.Definition, pol *refres
 		pol.OnExhausted = refresh.OnExhausted(d.onExhausted)
 	}
 	if set["give-up-after"] {
-		g, err := refresh.ParseDuration(d.giveUpAfter)
+		g, err := refresh.GiveUpRange.Parse(d.giveUpAfter)
 		if err != nil {
 			return usagef("--give-up-after: %v", err)
 		}
