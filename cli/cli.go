@@ -149,7 +149,9 @@ func run(ctx context.Context, e env, args []string) int {
 		}
 		return 0
 	}
-	e.seen = &seenFlags{}
+	if e.seen == nil {
+		e.seen = &seenFlags{}
+	}
 	cmd, ok := lookup(args[0])
 	if !ok {
 		reportError(e, args[0], usagef("unknown command %q", args[0]), "Run 'bigtables help' for the list of commands.")

@@ -49,19 +49,25 @@ type defFlags struct {
 	align, anyScheme                                                                  bool
 }
 
+// register registers the policy flags (add, update, plan, explain).
 func (d *defFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&d.inputURL, "input-url", "", "what the worker refreshes from: an absolute `URL`")
 	fs.StringVar(&d.schedule, "schedule", "", "RFC 5545 schedule `TEXT`: DTSTART and RRULE lines (a literal \\n between them works); empty: one-off")
 	fs.StringVar(&d.timeout, "timeout", "", "how long one attempt may run, `D`: 90s, PT5M, \"10 minutes\"; from 1s to 7 days (default 1h)")
 	fs.StringVar(&d.retries, "retries", "", "delays after failures 1, 2, ... (`D,D,...`): 0,1m,5m (default 0,1m,5m,15m,30m,1h); empty for none")
-	fs.BoolVar(&d.anyScheme, "any-scheme", false, "accept an --input-url of any scheme (ftp://, s3://, ...): your workers handle it; the reference worker speaks only http and https")
 	fs.BoolVar(&d.align, "align", true, "keep retries aligned with the schedule")
 	fs.StringVar(&d.onExhausted, "on-exhausted", "", "when retries run out: `disable|wait_next` (default disable)")
 	fs.StringVar(&d.giveUpAfter, "give-up-after", "", "disable after failing this long (`D`) without a success, e.g. \"1 week\"; up to 10 years (default never)")
-	fs.StringVar(&d.refreshAt, "refresh-at", "now", "first refresh: an RFC 3339 time (`T`) or now")
 	fs.StringVar(&d.policy, "policy", "", "whole policy as JSON, or a file holding it (`JSON|FILE`); other flags override its fields")
 	fs.StringVar(&d.strategy, "strategy", "", "retry strategy `S`: JSON, or e.g. \"exponential initial=5s max=5m max_attempts=7 jitter=full\" (see README)")
 	fs.StringVar(&d.expr, "expr", "", "policy as sentences (\"Allow 1 hour to complete\\nOn the first failure, retry immediately\"), or a file holding them (`TEXT|FILE`)")
+}
+
+// registerRecord registers the flags of a stored record besides its
+// policy (add, update).
+func (d *defFlags) registerRecord(fs *flag.FlagSet) {
+	fs.StringVar(&d.inputURL, "input-url", "", "what the worker refreshes from: an absolute `URL`")
+	fs.BoolVar(&d.anyScheme, "any-scheme", false, "accept an --input-url of any scheme (ftp://, s3://, ...): your workers handle it; the reference worker fetches only http:// and https://")
+	fs.StringVar(&d.refreshAt, "refresh-at", "now", "first refresh: an RFC 3339 time (`T`) or now")
 }
 
 // apply sets on def and pol what the flags that were given say. set names
@@ -227,6 +233,7 @@ func runAdd(ctx context.Context, e env, args []string) error {
 	var uid string
 	fs := flagSet(e, "add", "add --uid U --input-url URL [flags]", &cfg)
 	fs.StringVar(&uid, "uid", "", "the record's id, `U` (required)")
+	d.registerRecord(fs)
 	d.register(fs)
 	if _, err := parse(fs, args, 0); err != nil {
 		return err
@@ -263,6 +270,7 @@ func runUpdate(ctx context.Context, e env, args []string) error {
 	var cfg Config
 	var d defFlags
 	fs := flagSet(e, "update", "update U [flags]", &cfg)
+	d.registerRecord(fs)
 	d.register(fs)
 	pos, err := parse(fs, args, 1)
 	if err != nil {
@@ -323,6 +331,9 @@ func runShow(ctx context.Context, e env, args []string) error {
 	if err != nil {
 		return err
 	}
+	if history < 0 || history > 10_000 {
+		return usagef("--history %d: expected 0 to 10000", history)
+	}
 	return cfg.withStore(ctx, func(st *store.Store) error {
 		row, err := st.Get(ctx, pos[0])
 		if err != nil {
@@ -348,9 +359,12 @@ func runList(ctx context.Context, e env, args []string) error {
 	fs := flagSet(e, "list", "list [--disabled] [--json] [--limit N]", &cfg)
 	fs.BoolVar(&disabled, "disabled", false, "only disabled records")
 	fs.BoolVar(&asJSON, "json", false, "print a JSON array of records, as show does")
-	fs.IntVar(&limit, "limit", 1000, "at most this many records")
+	fs.IntVar(&limit, "limit", 1000, "at most this many records, in uid order")
 	if _, err := parse(fs, args, 0); err != nil {
 		return err
+	}
+	if limit < 1 || limit > 100_000 {
+		return usagef("--limit %d: expected 1 to 100000", limit)
 	}
 	var rows []store.Row
 	err := cfg.withStore(ctx, func(st *store.Store) error {
