@@ -142,3 +142,18 @@ func readDocs(t *testing.T) string {
 	}
 	return all.String()
 }
+
+// README says what a thing is, not the project's internal names for its
+// sources ("seed 000", "the seed's design").
+func TestReadmeSpeaksToUsers(t *testing.T) {
+	b, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range regexp.MustCompile(`(?i)seed \d{3}|the seed\b[^-]|seed design`).FindAllString(string(b), -1) {
+		t.Errorf("README uses the internal word %q: name the original BigTable refresh design, the article or the library instead", m)
+	}
+	if !strings.Contains(string(b), "(docs/design.md)") {
+		t.Error("README does not link docs/design.md")
+	}
+}
