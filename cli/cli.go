@@ -38,6 +38,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"reflect"
 	"runtime/debug"
 	"strings"
 	"time"
@@ -124,7 +125,17 @@ type env struct {
 	// client's logger (both process-wide in their libraries). Nil does
 	// nothing.
 	process func(e env, log *slog.Logger)
+	// redisLog sends the Redis client's own log lines (process-wide in
+	// go-redis) to log; every command that talks to Redis calls it. Nil
+	// does nothing.
+	redisLog func(log *slog.Logger)
+	// seen holds the flag set of the command that runs, so that run
+	// reports its error in the log format the command was given.
+	seen *seenFlags
 }
+
+// seenFlags is the flag set a command built, once it has built one.
+type seenFlags struct{ fs *flag.FlagSet }
 
 func (e env) get(name, def string) string {
 	if v := e.getenv(name); v != "" {
@@ -144,7 +155,8 @@ func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(fo
 // exit status: 0 success, 1 failure, 2 bad usage.
 func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) int {
 	return run(ctx, env{getenv: getenv, stdout: stdout, stderr: stderr, stdin: stdin,
-		backoff: wait.Backoff{First: 500 * time.Millisecond, Max: 15 * time.Second}, process: setProcessWide}, args)
+		backoff: wait.Backoff{First: 500 * time.Millisecond, Max: 15 * time.Second}, process: setProcessWide,
+		redisLog: setRedisLogger}, args)
 }
 
 func run(ctx context.Context, e env, args []string) int {
@@ -158,9 +170,12 @@ func run(ctx context.Context, e env, args []string) int {
 	if args[0] == "--version" {
 		args = append([]string{"version"}, args[1:]...)
 	}
+	if e.seen == nil {
+		e.seen = &seenFlags{}
+	}
 	cmd, ok := lookup(args[0])
 	if !ok {
-		fmt.Fprintf(e.stderr, "bigtables: unknown command %q\nRun 'bigtables help' for the list of commands.\n", args[0])
+		reportError(e, args[0], usagef("unknown command %q", args[0]), "Run 'bigtables help' for the list of commands.")
 		return 2
 	}
 	err := cmd.run(ctx, e, args[1:])
@@ -171,12 +186,40 @@ func run(ctx context.Context, e env, args []string) int {
 	case errors.Is(err, flag.ErrHelp):
 		return 0
 	case errors.As(err, &ue):
-		fmt.Fprintf(e.stderr, "bigtables %s: %s\n", args[0], ue.msg)
-		fmt.Fprintf(e.stderr, "Run 'bigtables %s -h' for usage.\n", args[0])
+		reportError(e, args[0], ue, fmt.Sprintf("Run 'bigtables %s -h' for usage.", args[0]))
 		return 2
 	default:
-		fmt.Fprintf(e.stderr, "bigtables %s: %v\n", args[0], err)
+		reportError(e, args[0], err, "")
 		return 1
+	}
+}
+
+// reportError prints a command's error on stderr, with a hint when there
+// is one: as text, or as one JSON log line when the command was given
+// --log-format json (or BIGTABLES_LOG_FORMAT=json), so that a log
+// collector reads startup errors like any other line.
+func reportError(e env, name string, err error, hint string) {
+	format := e.get("BIGTABLES_LOG_FORMAT", "text")
+	if e.seen != nil && e.seen.fs != nil {
+		if f := e.seen.fs.Lookup("log-format"); f != nil {
+			format = f.Value.String()
+		}
+	}
+	if format == "json" {
+		attrs := []any{"command", name, "err", err.Error()}
+		if hint != "" {
+			attrs = append(attrs, "hint", hint)
+		}
+		slog.New(slog.NewJSONHandler(e.stderr, nil)).Error("bigtables "+name+" failed", attrs...)
+		return
+	}
+	if _, unknown := lookup(name); !unknown {
+		fmt.Fprintf(e.stderr, "bigtables: %v\n", err)
+	} else {
+		fmt.Fprintf(e.stderr, "bigtables %s: %v\n", name, err)
+	}
+	if hint != "" {
+		fmt.Fprintln(e.stderr, hint)
 	}
 }
 
@@ -186,39 +229,190 @@ func printUsage(w io.Writer) {
 	for _, c := range commands {
 		fmt.Fprintf(w, "  %-13s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintln(w, "\nEvery command takes --database-url (DATABASE_URL), --redis-url (REDIS_URL),")
-	fmt.Fprintln(w, "--input-queue (BIGTABLES_INPUT_QUEUE), --output-queue (BIGTABLES_OUTPUT_QUEUE),")
-	fmt.Fprintln(w, "--dead-queue (BIGTABLES_DEAD_QUEUE), --log-level and --log-format.")
-	fmt.Fprintln(w, "Run 'bigtables <command> -h' for a command's flags.")
+	fmt.Fprintln(w, "\nThe commands that use them take --database-url (DATABASE_URL), --redis-url (REDIS_URL),")
+	fmt.Fprintln(w, "--input-queue (BIGTABLES_INPUT_QUEUE), --output-queue (BIGTABLES_OUTPUT_QUEUE) and")
+	fmt.Fprintln(w, "--dead-queue (BIGTABLES_DEAD_QUEUE); every command takes --log-level and --log-format.")
+	fmt.Fprintln(w, "Run 'bigtables <command> -h' for a command's flags and examples.")
 }
 
-// flagSet returns a flag set for a command with the shared flags bound to
-// cfg. It prints nothing itself: parse reports errors, and -h prints the
-// usage on stdout.
+// The shared flags a command may take besides --log-level and --log-format
+// (which every command takes: its errors follow them).
+const (
+	takesDatabase = 1 << iota // --database-url
+	takesRedis                // --redis-url
+	takesQueues               // --input-queue, --output-queue, --dead-queue
+)
+
+// sharedFlags says which shared flags each command takes, so that its help
+// lists only the flags it uses. A command missing here takes them all.
+var sharedFlags = map[string]int{
+	"migrate":      takesDatabase,
+	"add":          takesDatabase,
+	"update":       takesDatabase | takesRedis | takesQueues, // tells a cancelled attempt's worker to stop
+	"show":         takesDatabase,
+	"list":         takesDatabase,
+	"plan":         0,
+	"explain":      takesDatabase, // explain U reads the record
+	"scheduler":    takesDatabase | takesRedis | takesQueues,
+	"poller":       takesDatabase | takesRedis | takesQueues,
+	"worker":       takesRedis | takesQueues,
+	"worker-check": takesRedis, // the check uses private queues
+	"bench":        takesDatabase | takesRedis,
+	"chaos":        takesDatabase,                            // runs a private redis-server
+	"failover":     takesDatabase,                            // runs private Redis servers and Sentinels
+	"delete":       takesDatabase | takesRedis | takesQueues, // tells a cancelled attempt's worker to stop
+	"pause":        takesDatabase | takesRedis | takesQueues, // likewise
+	"resume":       takesDatabase,
+	"run":          takesDatabase,
+	"dead":         takesRedis | takesQueues,
+	"stats":        takesDatabase | takesRedis | takesQueues,
+	"version":      0,
+	"completion":   0,
+}
+
+// examples are the lines each command's help ends with.
+var examples = map[string][]string{
+	"migrate": {"bigtables migrate",
+		"DATABASE_URL='postgres://bt@db:5432/bigtables?sslmode=disable' bigtables migrate"},
+	"add": {"bigtables add --uid report-1 --input-url https://example.com/r.csv \\\n    --schedule 'DTSTART;TZID=Europe/Paris:20240101T060000\\nRRULE:FREQ=DAILY;BYHOUR=6,16'",
+		"bigtables add --uid feed-7 --input-url https://example.com/feed --timeout 10m --retries 0,1m,5m --on-exhausted wait_next",
+		"bigtables add --uid once --input-url https://example.com/x --refresh-at 2030-01-02T06:00:00Z"},
+	"update": {"bigtables update report-1                 # re-enable and refresh now",
+		"bigtables update report-1 --timeout 2h --strategy 'exponential initial=5s max=5m max_attempts=7'"},
+	"show": {"bigtables show report-1", "bigtables show report-1 --history 10"},
+	"list": {"bigtables list", "bigtables list --disabled --json --limit 50"},
+	"plan": {"bigtables plan --schedule 'RRULE:FREQ=DAILY;BYHOUR=6' --start 2024-03-04T05:00:00Z --fail-all",
+		"bigtables plan --retries 30m --start 2024-03-04T12:30:00Z --outcomes failure:30m,success --format json"},
+	"explain": {"bigtables explain report-1", "bigtables explain --strategy 'fibonacci unit=1m max_attempts=10'"},
+	"scheduler": {"bigtables scheduler",
+		"bigtables scheduler --batch 5000 --keep-attempts 20 --keep-days 30 --log-format json"},
+	"poller": {"bigtables poller", "bigtables poller --batch 2000 --lease 30s --log-format json"},
+	"worker": {"bigtables worker --concurrency 16",
+		"bigtables worker --exec './refresh.sh' --shutdown-grace 30s"},
+	"worker-check": {"bigtables worker-check -- /usr/bin/python3 examples/python/worker.py",
+		"bigtables worker-check -v --grace 5s -- node examples/node/worker.js"},
+	"bench":    {"bigtables bench", "bigtables bench --records 10000 --only e2e,baseline --json --check"},
+	"chaos":    {"bigtables chaos", "bigtables chaos --records 200 --faults 10s --seed 42"},
+	"failover": {"bigtables failover", "bigtables failover --records 200 --kills 1 --lag 500ms --json"},
+	"delete":   {"bigtables delete report-1"},
+	"pause":    {"bigtables pause report-1          # never started until resumed"},
+	"resume":   {"bigtables resume report-1"},
+	"run":      {"bigtables run report-1            # refresh now, nothing else changed"},
+	"dead": {"bigtables dead list --limit 20", "bigtables dead requeue --limit 100",
+		"bigtables dead purge --yes"},
+	"stats":      {"bigtables stats", "bigtables stats --json"},
+	"version":    {"bigtables version", "bigtables --version"},
+	"completion": {"bigtables completion bash > /etc/bash_completion.d/bigtables", "source <(bigtables completion zsh)"},
+}
+
+// summaries are the commands' one-line summaries, by name (filled from
+// the table at init: the table refers to the commands, which refer here).
+var summaries = map[string]string{}
+
+func init() {
+	for _, c := range commands {
+		summaries[c.name] = c.summary
+	}
+}
+
+// flagSet returns a flag set for a command with the shared flags it takes
+// (sharedFlags) bound to cfg. It prints nothing itself: parse reports
+// errors, and -h prints the help on stdout: usage, summary, flags in
+// README's --flag style, examples.
 func flagSet(e env, name, usage string, cfg *Config) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {
-		fs.SetOutput(e.stdout)
-		defer fs.SetOutput(io.Discard)
-		fmt.Fprintf(e.stdout, "Usage: bigtables %s\n\nFlags:\n", usage)
-		fs.PrintDefaults()
+		w := e.stdout
+		fmt.Fprintf(w, "Usage: bigtables %s\n", usage)
+		if s := summaries[name]; s != "" {
+			fmt.Fprintf(w, "\n%s%s.\n", strings.ToUpper(s[:1]), s[1:])
+		}
+		fmt.Fprintln(w, "\nFlags:")
+		printFlags(w, fs)
+		if ex := examples[name]; len(ex) > 0 {
+			fmt.Fprintln(w, "\nExamples:")
+			for _, x := range ex {
+				fmt.Fprintln(w, "  "+x)
+			}
+		}
 	}
-	def := queue.DefaultNames()
-	fs.StringVar(&cfg.DatabaseURL, "database-url", e.get("DATABASE_URL", DefaultDatabaseURL), "PostgreSQL URL (env DATABASE_URL)")
-	fs.StringVar(&cfg.RedisURL, "redis-url", e.get("REDIS_URL", DefaultRedisURL), "Redis URL, redis:// or rediss:// (env REDIS_URL)")
+	if e.seen != nil {
+		e.seen.fs = fs
+	}
+	takes, listed := sharedFlags[name]
+	if !listed {
+		takes = takesDatabase | takesRedis | takesQueues
+	}
+	if takes&takesDatabase != 0 {
+		fs.StringVar(&cfg.DatabaseURL, "database-url", e.get("DATABASE_URL", DefaultDatabaseURL), "PostgreSQL `URL` (env DATABASE_URL)")
+	}
+	if takes&takesRedis != 0 {
+		fs.StringVar(&cfg.RedisURL, "redis-url", e.get("REDIS_URL", DefaultRedisURL), "Redis `URL`, redis:// or rediss:// (env REDIS_URL)")
+	}
 	// Their defaults come from the environment and may hold passwords: the
 	// help shows them redacted.
 	for _, name := range []string{"database-url", "redis-url"} {
-		f := fs.Lookup(name)
-		f.DefValue = redact.URL(f.DefValue)
+		if f := fs.Lookup(name); f != nil {
+			f.DefValue = redact.URL(f.DefValue)
+		}
 	}
-	fs.StringVar(&cfg.Queues.Input, "input-queue", e.get("BIGTABLES_INPUT_QUEUE", def.Input), "Redis list of jobs (env BIGTABLES_INPUT_QUEUE)")
-	fs.StringVar(&cfg.Queues.Output, "output-queue", e.get("BIGTABLES_OUTPUT_QUEUE", def.Output), "Redis list of results (env BIGTABLES_OUTPUT_QUEUE)")
-	fs.StringVar(&cfg.Queues.Dead, "dead-queue", e.get("BIGTABLES_DEAD_QUEUE", def.Dead), "Redis list of dead letters (env BIGTABLES_DEAD_QUEUE)")
-	fs.StringVar(&cfg.LogLevel, "log-level", e.get("BIGTABLES_LOG_LEVEL", "info"), "debug, info, warn or error (env BIGTABLES_LOG_LEVEL)")
-	fs.StringVar(&cfg.LogFormat, "log-format", e.get("BIGTABLES_LOG_FORMAT", "text"), "text or json (env BIGTABLES_LOG_FORMAT)")
+	if takes&takesQueues != 0 {
+		def := queue.DefaultNames()
+		fs.StringVar(&cfg.Queues.Input, "input-queue", e.get("BIGTABLES_INPUT_QUEUE", def.Input), "Redis list of jobs, `NAME` (env BIGTABLES_INPUT_QUEUE)")
+		fs.StringVar(&cfg.Queues.Output, "output-queue", e.get("BIGTABLES_OUTPUT_QUEUE", def.Output), "Redis list of results, `NAME` (env BIGTABLES_OUTPUT_QUEUE)")
+		fs.StringVar(&cfg.Queues.Dead, "dead-queue", e.get("BIGTABLES_DEAD_QUEUE", def.Dead), "Redis list of dead letters, `NAME` (env BIGTABLES_DEAD_QUEUE)")
+	}
+	fs.StringVar(&cfg.LogLevel, "log-level", e.get("BIGTABLES_LOG_LEVEL", "info"), "`LEVEL`: debug, info, warn or error (env BIGTABLES_LOG_LEVEL)")
+	fs.StringVar(&cfg.LogFormat, "log-format", e.get("BIGTABLES_LOG_FORMAT", "text"), "`FORMAT` of logs and errors: text or json (env BIGTABLES_LOG_FORMAT)")
 	return fs
+}
+
+func isString(f *flag.Flag) bool {
+	g, ok := f.Value.(flag.Getter)
+	if !ok {
+		return false
+	}
+	_, s := g.Get().(string)
+	return s
+}
+
+// flagName is how help and README write a flag: --name, or -v for a
+// one-letter one.
+func flagName(name string) string {
+	if len(name) == 1 {
+		return "-" + name
+	}
+	return "--" + name
+}
+
+// printFlags prints fs's flags as flag.PrintDefaults does, in --flag style.
+func printFlags(w io.Writer, fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		arg, usage := flag.UnquoteUsage(f)
+		switch arg { // flag's generic names, in README's words
+		case "duration":
+			arg = "D"
+		case "int", "uint":
+			arg = "N"
+		case "string":
+			arg = "VALUE"
+		}
+		line := "  " + flagName(f.Name)
+		if arg != "" {
+			line += " " + arg
+		}
+		fmt.Fprintln(w, line)
+		def := f.DefValue
+		switch {
+		case def == "" || def == "0" || def == "0s" || def == "false":
+		case isString(f):
+			usage += fmt.Sprintf(" (default %q)", def)
+		default:
+			usage += fmt.Sprintf(" (default %s)", def)
+		}
+		fmt.Fprintf(w, "      %s\n", strings.ReplaceAll(usage, "\n", "\n      "))
+	})
 }
 
 // parse parses args, wanting exactly nArgs positional arguments (-1: any),
@@ -242,10 +436,26 @@ func parse(fs *flag.FlagSet, args []string, nArgs int) ([]string, error) {
 	if err := checkLogFlags(fs.Lookup("log-level").Value.String(), fs.Lookup("log-format").Value.String()); err != nil {
 		return nil, err
 	}
+	if f := fs.Lookup("redis-url"); f != nil {
+		if err := checkRedisURL(f.Value.String()); err != nil {
+			return nil, err
+		}
+	}
 	if nArgs >= 0 && len(pos) != nArgs {
 		return nil, usagef("expected %d argument(s), got %d: %s", nArgs, len(pos), strings.Join(pos, " "))
 	}
 	return pos, nil
+}
+
+// checkRedisURL refuses a Redis URL that can never work (an unknown scheme,
+// a bad database number, an unknown option), for every command that takes
+// one, before it does anything: update, for one, connects to Redis only when
+// it cancels a running attempt.
+func checkRedisURL(raw string) error {
+	if err := queue.CheckURL(raw); err != nil {
+		return fmt.Errorf("Redis URL %s: %w", redact.URL(raw), redact.Error(err, raw))
+	}
+	return nil
 }
 
 // checkLogFlags refuses a log level or format that logger would not take,
@@ -270,11 +480,51 @@ func (c Config) logger(e env) (*slog.Logger, error) {
 	}
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(c.LogLevel)) // checked above
-	opts := &slog.HandlerOptions{Level: level}
+	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: logValues(c.LogFormat == "json")}
 	if c.LogFormat == "json" {
 		return slog.New(slog.NewJSONHandler(e.stderr, opts)), nil
 	}
 	return slog.New(slog.NewTextHandler(e.stderr, opts)), nil
+}
+
+// logValues is the loggers' ReplaceAttr: it writes values as a reader
+// wants them rather than as Go holds them. A zero time (a NULL column such
+// as refresh_at) is "none" in text and null in JSON, not 0001-01-01; an
+// empty string (no decision, no reason) is left out; a duration is a
+// string such as "1m30s" in JSON too, not nanoseconds.
+func logValues(json bool) func(groups []string, a slog.Attr) slog.Attr {
+	return func(groups []string, a slog.Attr) slog.Attr {
+		if len(groups) == 0 {
+			switch a.Key {
+			case slog.TimeKey, slog.LevelKey, slog.MessageKey, slog.SourceKey:
+				return a
+			}
+		}
+		v := a.Value
+		switch v.Kind() {
+		case slog.KindTime:
+			if v.Time().IsZero() {
+				if json {
+					return slog.Any(a.Key, nil)
+				}
+				return slog.String(a.Key, "none")
+			}
+		case slog.KindDuration:
+			if json {
+				return slog.String(a.Key, v.Duration().String())
+			}
+		case slog.KindString:
+			if v.String() == "" {
+				return slog.Attr{}
+			}
+		case slog.KindAny:
+			// Named string types, such as refresh.Decision.
+			if r := reflect.ValueOf(v.Any()); r.Kind() == reflect.String && r.Len() == 0 {
+				return slog.Attr{}
+			}
+		}
+		return a
+	}
 }
 
 type redisLogger struct{ log *slog.Logger }
@@ -290,13 +540,25 @@ func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
 const gcPercent = 400
 
 // setProcessWide is env.process in a real run: it applies gcPercent unless
-// the user chose GOGC, and sends go-redis' own log lines (pool trouble,
-// which our loops already report as failed operations) to log at Debug.
+// the user chose GOGC.
 func setProcessWide(e env, log *slog.Logger) {
 	if e.getenv("GOGC") == "" {
 		debug.SetGCPercent(gcPercent)
 	}
-	redis.SetLogger(redisLogger{log})
+}
+
+// setRedisLogger is env.redisLog in a real run: go-redis' own log lines
+// (pool trouble, which our commands already report as failed operations)
+// go to log at Debug, in its format, instead of go-redis' default logger
+// on stderr.
+func setRedisLogger(log *slog.Logger) { redis.SetLogger(redisLogger{log}) }
+
+// routeRedisLog applies env.redisLog: every command that talks to Redis
+// calls it before connecting.
+func (e env) routeRedisLog(log *slog.Logger) {
+	if e.redisLog != nil {
+		e.redisLog(log)
+	}
 }
 
 // startProcess builds the logger of a long-running command and applies
@@ -309,6 +571,7 @@ func (c Config) startProcess(e env) (*slog.Logger, error) {
 	if e.process != nil {
 		e.process(e, log)
 	}
+	e.routeRedisLog(log)
 	return log, nil
 }
 
@@ -410,8 +673,8 @@ func (c Config) runProcess(ctx context.Context, e env, log *slog.Logger, needSto
 	if err := c.Queues.Validate(); err != nil {
 		return usageError{err.Error()}
 	}
-	if _, err := redis.ParseURL(c.RedisURL); err != nil {
-		return fmt.Errorf("parse Redis URL %s: %w", redact.URL(c.RedisURL), redact.Error(err, c.RedisURL))
+	if err := checkRedisURL(c.RedisURL); err != nil {
+		return err
 	}
 	var st *store.Store
 	if needStore {

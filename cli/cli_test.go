@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -34,10 +33,12 @@ func newRunner(t *testing.T) *runner {
 }
 
 func (r *runner) run(args ...string) (stdout, stderr string, code int) {
-	var out, errOut bytes.Buffer
+	// The Redis client may log from its own goroutines: the buffers are
+	// locked.
+	var out, errOut testsvc.SyncBuffer
 	e := env{getenv: func(k string) string { return r.env[k] }, stdout: &out, stderr: &errOut, stdin: strings.NewReader(""),
 		backoff: wait.Backoff{Sleep: func(context.Context, time.Duration) error { return errors.New("no waiting in this test") }},
-		process: func(env, *slog.Logger) { r.processWide++ }}
+		process: func(env, *slog.Logger) { r.processWide++ }, redisLog: setRedisLogger}
 	code = run(context.Background(), e, args)
 	return out.String(), errOut.String(), code
 }
@@ -54,19 +55,31 @@ func TestBadInputIsRefusedAndNothingWritten(t *testing.T) {
 		{[]string{"add", "--uid", "a b", "--input-url", "https://example.com/a"}, "contains spaces"},
 		{[]string{"add", "--uid", "u1", "--input-url", "example.com"}, "has no scheme"},
 		{append(ok, "--timeout", "5 fortnights"), "--timeout: duration \"5 fortnights\""},
-		{append(ok, "--timeout", "0s"), "timeout 0s: expected from 1s to 7 days"},
-		{append(ok, "--retries", "1m,-1m"), "--retries: retry 2: duration \"-1m\" is negative"},
+		{append(ok, "--timeout", "0s"), `--timeout: duration "0s" is too short: expected from 1s to 7 days`},
+		{append(ok, "--timeout", "-5m"), `--timeout: duration "-5m" is negative: expected from 1s to 7 days`},
+		{append(ok, "--timeout", "100000h"), `--timeout: duration "100000h" is too long: expected from 1s to 7 days`},
+		{append(ok, "--policy", `{"timeout":"-5m"}`), `timeout: duration "-5m" is negative: expected from 1s to 7 days`},
+		{append(ok, "--retries", "1m,-1m"), `--retries: retry 2: duration "-1m" is negative: expected from 0s to 365 days`},
 		{append(ok, "--on-exhausted", "panic"), `on_exhausted "panic": expected "disable" or "wait_next"`},
-		{append(ok, "--give-up-after", "600 weeks"), "maximum of 10 years"},
+		{append(ok, "--give-up-after", "600 weeks"), `--give-up-after: duration "600 weeks" is too long: expected from 0s (never) to 10 years`},
 		{append(ok, "--policy", `{"colour":"red"}`), `unknown field "colour"`},
 		{append(ok, "--policy", "/no/such/file"), "expected a JSON object or a file"},
 		{append(ok, "--refresh-at", "tomorrow"), "--refresh-at \"tomorrow\": expected an RFC 3339 time"},
 		{append(ok, "--schedule", "RRULE:FREQ=DAILY;BYHOUR=24"), `BYHOUR value "24": expected 0 to 23`},
 		{append(ok, "--schedule", "DTSTART:20240101T000000Z\nRRULE:FREQ=YEARLY;BYMONTH=2;BYMONTHDAY=30"), "no occurrence"},
+		{[]string{"add", "--uid", "u1", "--input-url", "ftp://example.com/a"}, `--input-url "ftp://example.com/a": the reference worker (bigtables worker) fetches only http:// and https:// URLs; add --any-scheme`},
 		{append(ok, "--bogus"), "flag provided but not defined: -bogus"},
 		{append(ok, "extra"), "expected 0 argument(s)"},
 		{[]string{"show"}, "expected 1 argument(s), got 0"},
-		{[]string{"scheduler", "--batch", "0"}, "--batch from 1 to 100000"},
+		{[]string{"scheduler", "--batch", "0"}, "--batch 0: expected 1 to 100000"},
+		{[]string{"scheduler", "--interval", "-1s"}, "--interval -1s: expected more than 0s"},
+		{[]string{"scheduler", "--max-result-wait", "0s"}, "--max-result-wait 0s: expected 1s or more"},
+		{[]string{"scheduler", "--push-attempts", "0"}, "--push-attempts 0: expected 1 to 100"},
+		{[]string{"scheduler", "--keep-attempts", "-1"}, "--keep-attempts -1: expected 0 (keep all) or more"},
+		{[]string{"scheduler", "--keep-days", "-3"}, "--keep-days -3: expected 0 (keep them) to 36500"},
+		{[]string{"poller", "--lease", "10ms"}, "--lease 10ms: expected at least 1s"},
+		{[]string{"list", "--limit", "0"}, "--limit 0: expected 1 to 100000"},
+		{[]string{"show", "u1", "--history", "-1"}, "--history -1: expected 0 to 10000"},
 		{[]string{"poller", "--batch", "100000"}, "--batch 100000: expected 1 to 5000"},
 		{[]string{"worker", "--log-level", "loud"}, `--log-level "loud": expected debug, info, warn or error`},
 	}
@@ -142,6 +155,40 @@ func TestAddShowUpdate(t *testing.T) {
 	}
 }
 
+// A URL the reference worker cannot fetch is taken only when the user says
+// the workers handle it; a Redis URL that can never work is refused by
+// every command that takes one, before it writes anything, even when it
+// would not connect.
+func TestSchemesAreChecked(t *testing.T) {
+	r := newRunner(t)
+	if _, stderr, code := r.run("add", "--uid", "f1", "--input-url", "ftp://example.com/a", "--any-scheme"); code != 0 {
+		t.Fatalf("--any-scheme: exit %d: %s", code, stderr)
+	}
+	if _, stderr, code := r.run("update", "f1", "--input-url", "s3://bucket/key"); code != 2 || !strings.Contains(stderr, "add --any-scheme if your workers handle s3://") {
+		t.Errorf("update to s3:// without --any-scheme: exit %d: %s", code, stderr)
+	}
+	if _, stderr, code := r.run("update", "f1", "--timeout", "5m"); code != 0 {
+		t.Errorf("an update that leaves the ftp:// URL alone: exit %d: %s", code, stderr)
+	}
+	for _, bad := range []string{"http://x", "x:6379", "redis://x/zero"} {
+		r.env["REDIS_URL"] = bad
+		_, stderr, code := r.run("update", "f1", "--timeout", "20m")
+		if code != 1 || !strings.HasPrefix(stderr, "bigtables update: Redis URL "+bad+":") {
+			t.Errorf("update with REDIS_URL=%s: exit %d, %q; want exit 1 and the URL's fault", bad, code, stderr)
+		}
+		for _, args := range [][]string{{"worker-check", "--", "true"}, {"worker"}, {"bench", "--records", "100"}} {
+			if _, stderr, code := r.run(args...); code != 1 || !strings.Contains(stderr, "Redis URL "+bad+":") {
+				t.Errorf("%v with REDIS_URL=%s: exit %d, %q", args, bad, code, stderr)
+			}
+		}
+	}
+	delete(r.env, "REDIS_URL")
+	out, _, _ := r.run("show", "f1")
+	if !strings.Contains(out, `"timeout": "5m"`) {
+		t.Errorf("a refused update changed the record:\n%s", out)
+	}
+}
+
 func TestPasswordsNeverPrinted(t *testing.T) {
 	r := &runner{t: t, env: map[string]string{
 		"DATABASE_URL": "postgres://bt:hunter2secret@127.0.0.1:1/x?sslmode=disable",
@@ -189,10 +236,10 @@ func TestDefaultPolicyFromConfiguration(t *testing.T) {
 }
 
 func TestMain(m *testing.M) {
-	// The long-running commands route go-redis' own log lines through their
-	// logger, process-wide, in a real run; the tests' runner does not, so
-	// the library's lines (dial failures against closed ports) are dropped
-	// here once.
+	// Commands that talk to Redis route go-redis' own log lines through
+	// their logger, process-wide; tests that run none (or run them with an
+	// env that does not route) drop the library's lines (dial failures
+	// against closed ports) here.
 	redis.SetLogger(redisLogger{slog.New(slog.DiscardHandler)})
 	os.Exit(m.Run())
 }

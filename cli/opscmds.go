@@ -336,7 +336,7 @@ func runCompletion(ctx context.Context, e env, args []string) error {
 	words := strings.Join(commandNames, " ")
 	// Flags come from the command's own -h at completion time, so they
 	// never drift from the binary.
-	const flags = `bigtables "$cmd" -h 2>/dev/null | sed -n 's/^  -\([a-z-]*\).*/--\1/p'`
+	const flags = `bigtables "$cmd" -h 2>/dev/null | sed -n 's/^  --*\([a-z][a-z-]*\).*/--\1/p'`
 	switch pos[0] {
 	case "bash":
 		fmt.Fprintf(e.stdout, `# bigtables completion for bash: source <(bigtables completion bash)

@@ -42,11 +42,11 @@ func runPlan(ctx context.Context, e env, args []string) error {
 	var limit int
 	fs := flagSet(e, "plan", "plan [policy flags] --start T (--outcomes success,failure,timeout,... | --fail-all) [--seed N] [--format table|json|mermaid]", &cfg)
 	d.register(fs)
-	fs.StringVar(&start, "start", "now", "when the record is first due: RFC 3339 time or now")
-	fs.StringVar(&outcomes, "outcomes", "", "the attempts' outcomes in order: success, failure, timeout, not_retryable, each optionally :duration (failure:10m)")
+	fs.StringVar(&start, "start", "now", "when the record is first due: an RFC 3339 time (`T`) or now")
+	fs.StringVar(&outcomes, "outcomes", "", "the attempts' `OUTCOMES` in order: success, failure, timeout, not_retryable, each optionally :duration (failure:10m)")
 	fs.BoolVar(&failAll, "fail-all", false, "every attempt fails, until the policy gives up")
 	fs.Uint64Var(&seed, "seed", 1, "random seed for randomized strategies: the same seed gives the same plan")
-	fs.StringVar(&format, "format", "table", "table, json or mermaid (a Gantt chart)")
+	fs.StringVar(&format, "format", "table", "output `FORMAT`: table, json or mermaid (a Gantt chart)")
 	fs.DurationVar(&run, "run", time.Minute, "how long an attempt runs before success or failure")
 	fs.IntVar(&limit, "limit", 200, "stop after this many attempts")
 	if _, err := parse(fs, args, 0); err != nil {

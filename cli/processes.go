@@ -18,18 +18,9 @@ import (
 )
 
 func runScheduler(ctx context.Context, e env, args []string) error {
-	var cfg Config
-	var sc scheduler.Config
-	var httpAddr string
-	fs := flagSet(e, "scheduler", "scheduler [--interval D] [--batch N] [--http ADDR]", &cfg)
-	httpFlag(e, fs, &httpAddr)
-	fs.DurationVar(&sc.Interval, "interval", time.Second, "pause between ticks when nothing more is due")
-	fs.IntVar(&sc.Batch, "batch", 1000, "most attempts started per tick")
-	if _, err := parse(fs, args, 0); err != nil {
+	cfg, sc, httpAddr, err := schedulerFlags(e, args)
+	if err != nil {
 		return err
-	}
-	if sc.Interval <= 0 || sc.Batch <= 0 || sc.Batch > 100_000 {
-		return usagef("--interval must be positive and --batch from 1 to 100000")
 	}
 	log, err := cfg.startProcess(e)
 	if err != nil {
@@ -49,15 +40,49 @@ func runScheduler(ctx context.Context, e env, args []string) error {
 	})
 }
 
+// schedulerFlags reads the scheduler's command line into its configuration.
+func schedulerFlags(e env, args []string) (cfg Config, sc scheduler.Config, httpAddr string, err error) {
+	var keepDays int
+	ret := scheduler.DefaultRetention()
+	fs := flagSet(e, "scheduler", "scheduler [--interval D] [--batch N] [--max-result-wait D] [--push-attempts N] [--keep-attempts N] [--keep-days N] [--http ADDR]", &cfg)
+	httpFlag(e, fs, &httpAddr)
+	fs.DurationVar(&sc.Interval, "interval", time.Second, "pause between ticks when nothing more is due")
+	fs.IntVar(&sc.Batch, "batch", 1000, "most attempts started per tick")
+	fs.DurationVar(&sc.MaxResultWait, "max-result-wait", time.Hour, "an attempt past its deadline waits for the pollers to apply the results pushed before it, but no longer than this after the deadline")
+	fs.IntVar(&sc.PushAttempts, "push-attempts", 4, "tries of one tick's job push (same token: the jobs land once) before its starts are undone")
+	fs.IntVar(&ret.KeepPerRecord, "keep-attempts", ret.KeepPerRecord, "attempt history: keep each record's newest `N` attempts (0: all)")
+	fs.IntVar(&keepDays, "keep-days", int(ret.MaxAge/(24*time.Hour)), "attempt history: delete attempts that finished more than `N` days ago (0: keep them)")
+	if _, err := parse(fs, args, 0); err != nil {
+		return cfg, sc, httpAddr, err
+	}
+	switch {
+	case sc.Interval <= 0:
+		return cfg, sc, httpAddr, usagef("--interval %v: expected more than 0s", sc.Interval)
+	case sc.Batch < 1 || sc.Batch > 100_000:
+		return cfg, sc, httpAddr, usagef("--batch %d: expected 1 to 100000", sc.Batch)
+	case sc.MaxResultWait < time.Second:
+		return cfg, sc, httpAddr, usagef("--max-result-wait %v: expected 1s or more", sc.MaxResultWait)
+	case sc.PushAttempts < 1 || sc.PushAttempts > 100:
+		return cfg, sc, httpAddr, usagef("--push-attempts %d: expected 1 to 100", sc.PushAttempts)
+	case ret.KeepPerRecord < 0:
+		return cfg, sc, httpAddr, usagef("--keep-attempts %d: expected 0 (keep all) or more", ret.KeepPerRecord)
+	case keepDays < 0 || keepDays > 36500:
+		return cfg, sc, httpAddr, usagef("--keep-days %d: expected 0 (keep them) to 36500", keepDays)
+	}
+	ret.MaxAge = time.Duration(keepDays) * 24 * time.Hour
+	sc.Retention = &ret
+	return cfg, sc, httpAddr, nil
+}
+
 func runPoller(ctx context.Context, e env, args []string) error {
 	var cfg Config
 	var pc poller.Config
 	var httpAddr string
-	fs := flagSet(e, "poller", "poller [--batch N] [--max-result-bytes N] [--id ID] [--http ADDR]", &cfg)
+	fs := flagSet(e, "poller", "poller [--batch N] [--max-result-bytes N] [--id ID] [--lease D] [--http ADDR]", &cfg)
 	httpFlag(e, fs, &httpAddr)
 	fs.IntVar(&pc.Batch, "batch", 1000, "most results applied per transaction (at most this many results, each up to --max-result-bytes, are held in memory)")
 	fs.IntVar(&pc.MaxResultBytes, "max-result-bytes", protocol.DefaultMaxResultBytes, "larger results are dead-lettered")
-	fs.StringVar(&pc.ID, "id", "", "poller id naming its processing list (default: host-pid-random)")
+	fs.StringVar(&pc.ID, "id", "", "poller `ID` naming its processing list (default: host-pid-random)")
 	fs.DurationVar(&pc.Lease, "lease", 15*time.Second, "a poller silent this long has its unacknowledged results recovered by the others")
 	if _, err := parse(fs, args, 0); err != nil {
 		return err

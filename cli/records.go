@@ -46,21 +46,28 @@ func runMigrate(ctx context.Context, e env, args []string) error {
 type defFlags struct {
 	inputURL, schedule, timeout, retries, onExhausted, giveUpAfter, refreshAt, policy string
 	strategy, expr                                                                    string
-	align                                                                             bool
+	align, anyScheme                                                                  bool
 }
 
+// register registers the policy flags (add, update, plan, explain).
 func (d *defFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&d.inputURL, "input-url", "", "what the worker refreshes from: an absolute URL")
-	fs.StringVar(&d.schedule, "schedule", "", "RFC 5545 schedule: DTSTART and RRULE lines (a literal \\n between them works); empty: one-off")
-	fs.StringVar(&d.timeout, "timeout", "", "how long one attempt may run: 90s, PT5M, \"10 minutes\" (default 1h)")
-	fs.StringVar(&d.retries, "retries", "", "delays after failures 1, 2, ...: 0,1m,5m (default 0,1m,5m,15m,30m,1h); empty for none")
+	fs.StringVar(&d.schedule, "schedule", "", "RFC 5545 schedule `TEXT`: DTSTART and RRULE lines (a literal \\n between them works); empty: one-off")
+	fs.StringVar(&d.timeout, "timeout", "", "how long one attempt may run, `D`: 90s, PT5M, \"10 minutes\"; from 1s to 7 days (default 1h)")
+	fs.StringVar(&d.retries, "retries", "", "delays after failures 1, 2, ... (`D,D,...`): 0,1m,5m (default 0,1m,5m,15m,30m,1h); empty for none")
 	fs.BoolVar(&d.align, "align", true, "keep retries aligned with the schedule")
-	fs.StringVar(&d.onExhausted, "on-exhausted", "", "when retries run out: disable (default) or wait_next")
-	fs.StringVar(&d.giveUpAfter, "give-up-after", "", "disable after failing this long without a success, e.g. \"1 week\" (default never)")
-	fs.StringVar(&d.refreshAt, "refresh-at", "now", "first refresh: RFC 3339 time or now")
-	fs.StringVar(&d.policy, "policy", "", "whole policy as JSON, or a file holding it; other flags override its fields")
-	fs.StringVar(&d.strategy, "strategy", "", "retry strategy: JSON, or e.g. \"exponential initial=5s max=5m max_attempts=7 jitter=full\" (see README)")
-	fs.StringVar(&d.expr, "expr", "", "policy as sentences (\"Allow 1 hour for a response\\nOn the first failure, retry immediately\\nPanic\"), or a file holding them")
+	fs.StringVar(&d.onExhausted, "on-exhausted", "", "when retries run out: `disable|wait_next` (default disable)")
+	fs.StringVar(&d.giveUpAfter, "give-up-after", "", "disable after failing this long (`D`) without a success, e.g. \"1 week\"; up to 10 years (default never)")
+	fs.StringVar(&d.policy, "policy", "", "whole policy as JSON, or a file holding it (`JSON|FILE`); other flags override its fields")
+	fs.StringVar(&d.strategy, "strategy", "", "retry strategy `S`: JSON, or e.g. \"exponential initial=5s max=5m max_attempts=7 jitter=full\" (see README)")
+	fs.StringVar(&d.expr, "expr", "", "policy as sentences (\"Allow 1 hour to complete\\nOn the first failure, retry immediately\"), or a file holding them (`TEXT|FILE`)")
+}
+
+// registerRecord registers the flags of a stored record besides its
+// policy (add, update).
+func (d *defFlags) registerRecord(fs *flag.FlagSet) {
+	fs.StringVar(&d.inputURL, "input-url", "", "what the worker refreshes from: an absolute `URL`")
+	fs.BoolVar(&d.anyScheme, "any-scheme", false, "accept an --input-url of any scheme (ftp://, s3://, ...): your workers handle it; the reference worker fetches only http:// and https://")
+	fs.StringVar(&d.refreshAt, "refresh-at", "now", "first refresh: an RFC 3339 time (`T`) or now")
 }
 
 // apply sets on def and pol what the flags that were given say. set names
@@ -70,6 +77,9 @@ func (d *defFlags) apply(set map[string]bool, def *store.Definition, pol *refres
 	if set["input-url"] {
 		if err := refresh.ValidateInputURL(d.inputURL); err != nil {
 			return usageError{err.Error()}
+		}
+		if err := checkScheme(d.inputURL, d.anyScheme); err != nil {
+			return err
 		}
 		def.InputURL = d.inputURL
 	}
@@ -126,7 +136,7 @@ func (d *defFlags) apply(set map[string]bool, def *store.Definition, pol *refres
 		pol.SetStrategy(st)
 	}
 	if set["timeout"] {
-		t, err := refresh.ParseDuration(d.timeout)
+		t, err := refresh.TimeoutRange.Parse(d.timeout)
 		if err != nil {
 			return usagef("--timeout: %v", err)
 		}
@@ -146,7 +156,7 @@ func (d *defFlags) apply(set map[string]bool, def *store.Definition, pol *refres
 		pol.OnExhausted = refresh.OnExhausted(d.onExhausted)
 	}
 	if set["give-up-after"] {
-		g, err := refresh.ParseDuration(d.giveUpAfter)
+		g, err := refresh.GiveUpRange.Parse(d.giveUpAfter)
 		if err != nil {
 			return usagef("--give-up-after: %v", err)
 		}
@@ -157,6 +167,21 @@ func (d *defFlags) apply(set map[string]bool, def *store.Definition, pol *refres
 	}
 	def.Policy = pol.JSON()
 	return nil
+}
+
+// checkScheme refuses an input URL that the reference worker cannot fetch
+// (it speaks http and https only), unless anyScheme says the workers
+// handle it.
+func checkScheme(rawURL string, anyScheme bool) error {
+	scheme, _, _ := strings.Cut(rawURL, ":")
+	switch strings.ToLower(scheme) {
+	case "http", "https":
+		return nil
+	}
+	if anyScheme {
+		return nil
+	}
+	return usagef("--input-url %q: the reference worker (bigtables worker) fetches only http:// and https:// URLs; add --any-scheme if your workers handle %s://", rawURL, scheme)
 }
 
 // textOrFile returns s if isText(s), else the contents of the file s names.
@@ -207,7 +232,8 @@ func runAdd(ctx context.Context, e env, args []string) error {
 	var d defFlags
 	var uid string
 	fs := flagSet(e, "add", "add --uid U --input-url URL [flags]", &cfg)
-	fs.StringVar(&uid, "uid", "", "the record's id (required)")
+	fs.StringVar(&uid, "uid", "", "the record's id, `U` (required)")
+	d.registerRecord(fs)
 	d.register(fs)
 	if _, err := parse(fs, args, 0); err != nil {
 		return err
@@ -244,8 +270,13 @@ func runUpdate(ctx context.Context, e env, args []string) error {
 	var cfg Config
 	var d defFlags
 	fs := flagSet(e, "update", "update U [flags]", &cfg)
+	d.registerRecord(fs)
 	d.register(fs)
 	pos, err := parse(fs, args, 1)
+	if err != nil {
+		return err
+	}
+	log, err := cfg.logger(e)
 	if err != nil {
 		return err
 	}
@@ -280,11 +311,12 @@ func runUpdate(ctx context.Context, e env, args []string) error {
 	if cancelled != nil {
 		// Tell the cancelled attempt's worker to stop (best effort: its
 		// results are stale anyway).
+		e.routeRedisLog(log)
 		err := cfg.withQueue(ctx, func(q *queue.Queue) error {
 			return q.Cancel(ctx, map[string]time.Time{cancelled.AttemptUID: cancelled.DeadlineAt})
 		})
 		if err != nil {
-			fmt.Fprintf(e.stderr, "bigtables update: warning: could not tell the worker of attempt %s to stop: %v\n", cancelled.AttemptUID, err)
+			log.Warn("could not tell the worker of the cancelled attempt to stop; it stops at its deadline", "attempt_uid", cancelled.AttemptUID, "err", err)
 		}
 	}
 	return writeJSON(e, recordJSON(row, nil))
@@ -294,10 +326,13 @@ func runShow(ctx context.Context, e env, args []string) error {
 	var cfg Config
 	var history int
 	fs := flagSet(e, "show", "show U [--history N]", &cfg)
-	fs.IntVar(&history, "history", 0, "also print the last N finished attempts")
+	fs.IntVar(&history, "history", 0, "also print the last `N` finished attempts")
 	pos, err := parse(fs, args, 1)
 	if err != nil {
 		return err
+	}
+	if history < 0 || history > 10_000 {
+		return usagef("--history %d: expected 0 to 10000", history)
 	}
 	return cfg.withStore(ctx, func(st *store.Store) error {
 		row, err := st.Get(ctx, pos[0])
@@ -330,7 +365,7 @@ func runList(ctx context.Context, e env, args []string) error {
 	fs.BoolVar(&opt.Overdue, "overdue", false, "only records due and not started yet")
 	fs.StringVar(&opt.After, "after", "", "start after this uid (the next page: the last uid printed)")
 	fs.BoolVar(&asJSON, "json", false, "print a JSON array of records, as show does")
-	fs.IntVar(&limit, "limit", 1000, "at most this many records (1 to 100000)")
+	fs.IntVar(&limit, "limit", 1000, "at most this many records per page, in uid order (1 to 100000)")
 	if _, err := parse(fs, args, 0); err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/bigtables/bigtables/internal/testsvc"
 	"github.com/bigtables/bigtables/internal/wait"
+	"github.com/bigtables/bigtables/scheduler"
 )
 
 // closedPort returns a local port nothing listens on (for now).
@@ -164,4 +165,24 @@ func TestWaitingEndsWithTheContextAndOnlyForProcesses(t *testing.T) {
 func envFor(vars map[string]string, stdout, stderr io.Writer) env {
 	return env{getenv: func(k string) string { return vars[k] }, stdout: stdout, stderr: stderr, stdin: strings.NewReader(""),
 		process: func(env, *slog.Logger) {}}
+}
+
+// The scheduler's flags reach its configuration: the push, the timeouts'
+// wait for the pollers and the history's retention; the defaults are the
+// scheduler's own.
+func TestSchedulerFlags(t *testing.T) {
+	e := envFor(nil, io.Discard, io.Discard)
+	_, sc, _, err := schedulerFlags(e, []string{"--max-result-wait", "20m", "--push-attempts", "7", "--keep-attempts", "0", "--keep-days", "30", "--batch", "50"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := scheduler.DefaultRetention()
+	want.KeepPerRecord, want.MaxAge = 0, 30*24*time.Hour
+	if sc.MaxResultWait != 20*time.Minute || sc.PushAttempts != 7 || sc.Batch != 50 || sc.Retention == nil || *sc.Retention != want {
+		t.Errorf("scheduler config %+v, retention %+v; want 20m, 7 pushes, batch 50, %+v", sc, sc.Retention, want)
+	}
+	_, sc, _, err = schedulerFlags(e, nil)
+	if err != nil || sc.MaxResultWait != time.Hour || sc.PushAttempts != 4 || *sc.Retention != scheduler.DefaultRetention() {
+		t.Errorf("defaults: %+v, %+v, %v", sc, sc.Retention, err)
+	}
 }

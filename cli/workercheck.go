@@ -28,6 +28,14 @@ func runWorkerCheck(ctx context.Context, e env, args []string) error {
 	if fs.NArg() == 0 {
 		return usagef("give the worker's command after --, e.g. bigtables worker-check -- python3 worker.py")
 	}
+	if err := checkRedisURL(cfg.RedisURL); err != nil {
+		return err
+	}
+	log, err := cfg.logger(e)
+	if err != nil {
+		return err
+	}
+	e.routeRedisLog(log)
 	rdb, err := queue.Connect(ctx, cfg.RedisURL)
 	if err != nil {
 		return err

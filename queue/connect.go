@@ -55,6 +55,13 @@ func (o clientOptions) newClient() redis.UniversalClient {
 	}
 }
 
+// CheckURL reports whether rawURL is a Redis URL Connect accepts (any of its
+// schemes), without connecting. Its error never contains the password.
+func CheckURL(rawURL string) error {
+	_, err := parseURL(rawURL)
+	return err
+}
+
 // parseURL reads a Redis URL of any scheme into go-redis's options. Its
 // errors never contain the password (callers still redact them, as go-redis's
 // own messages may quote parts of the URL).

@@ -3,6 +3,7 @@ package refresh
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"regexp"
 	"strconv"
 	"strings"
@@ -19,7 +20,8 @@ var (
 	wordUnits   = map[byte]time.Duration{'s': time.Second, 'm': time.Minute, 'h': time.Hour, 'd': 24 * time.Hour, 'w': 7 * 24 * time.Hour}
 )
 
-// ParseDuration reads a non-negative duration in any of the forms users write:
+// ParseDuration reads a duration from 0 to 10 years (AnyDuration) in any
+// of the forms users write:
 //
 //   - Go: "90s", "1h30m", "0"
 //   - ISO 8601: "PT5M", "P1D", "P1W", "P1DT2H" (years and months are refused:
@@ -27,30 +29,93 @@ var (
 //   - words: "1 minute", "5 minute", "10 minutes", "2 hours",
 //     "1 day", "1 week", also combined: "1 hour 30 minutes", "1 hour and 30 minutes"
 //
-// The error says what was wrong and what is expected.
+// The error says what was wrong and what is expected. A field with a
+// narrower rule parses with its own Range, so that its errors state that
+// rule alone.
 func ParseDuration(s string) (time.Duration, error) {
+	return AnyDuration.Parse(s)
+}
+
+// Range is the rule a duration keeps: from Min to Max. Errors state it
+// with String, so each field's messages state one rule.
+type Range struct {
+	Min, Max time.Duration
+	// Zero, when Min is 0, says what 0 means ("never").
+	Zero string
+}
+
+// The ranges of the policy's durations, and of any duration.
+var (
+	AnyDuration  = Range{Max: MaxDuration}
+	TimeoutRange = Range{Min: time.Second, Max: MaxTimeout}
+	DelayRange   = Range{Max: MaxDelay}
+	GiveUpRange  = Range{Max: MaxGiveUp, Zero: "never"}
+)
+
+// String states the rule: "from 1s to 7 days", "from 0s (never) to 10
+// years".
+func (r Range) String() string {
+	lo := humanBound(r.Min)
+	if r.Min == 0 && r.Zero != "" {
+		lo += " (" + r.Zero + ")"
+	}
+	return "from " + lo + " to " + humanBound(r.Max)
+}
+
+// Contains reports whether d keeps the rule.
+func (r Range) Contains(d time.Duration) bool { return d >= r.Min && d <= r.Max }
+
+// Parse reads s as ParseDuration does and checks it against r.
+func (r Range) Parse(s string) (time.Duration, error) {
 	in := strings.TrimSpace(s)
 	if in == "" {
-		return 0, fmt.Errorf("empty duration: expected e.g. 90s, 5m, PT5M or \"5 minutes\"")
+		return 0, fmt.Errorf("empty duration: expected e.g. 90s, 5m, PT5M or \"5 minutes\", %s", r)
 	}
 	d, err := parseDuration(in)
 	if err != nil {
 		return 0, err
 	}
-	if d < 0 {
-		return 0, fmt.Errorf("duration %q is negative: expected zero or more", s)
-	}
-	if d > MaxDuration {
-		return 0, fmt.Errorf("duration %q is longer than the maximum of 10 years", s)
+	switch {
+	case d < 0:
+		return 0, fmt.Errorf("duration %q is negative: expected %s", s, r)
+	case d < r.Min:
+		return 0, fmt.Errorf("duration %q is too short: expected %s", s, r)
+	case d > r.Max:
+		return 0, fmt.Errorf("duration %q is too long: expected %s", s, r)
 	}
 	return d, nil
 }
 
+// humanBound writes a range's bound: 1s, 7 days, 365 days, 10 years.
+func humanBound(d time.Duration) string {
+	const day, year = 24 * time.Hour, 365 * 24 * time.Hour
+	switch {
+	case d >= 2*year && d%year == 0:
+		return strconv.Itoa(int(d/year)) + " years"
+	case d >= 2*day && d%day == 0:
+		return strconv.Itoa(int(d/day)) + " days"
+	}
+	return FormatDuration(d)
+}
+
+// saturate converts a float of nanoseconds to a Duration, the largest one
+// for anything larger: a range then calls it too long.
+func saturate(ns float64) time.Duration {
+	if ns >= math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return time.Duration(ns)
+}
+
+// parseDuration reads the syntax alone: negative values come back
+// negative, values too large for a Duration as the largest one.
 func parseDuration(in string) (time.Duration, error) {
 	if d, err := time.ParseDuration(in); err == nil {
 		return d, nil
-	} else if strings.HasPrefix(in, "-") {
-		return 0, fmt.Errorf("duration %q is negative: expected zero or more", in)
+	}
+	if rest, ok := strings.CutPrefix(in, "-"); ok && !strings.HasPrefix(rest, "-") {
+		d, err := parseDuration(strings.TrimSpace(rest))
+		return -d, err
 	}
 	if up := strings.ToUpper(in); strings.HasPrefix(up, "P") {
 		m := isoDuration.FindStringSubmatch(up)
@@ -64,12 +129,10 @@ func parseDuration(in string) (time.Duration, error) {
 				d += n * float64(unit)
 			}
 		}
-		if d > float64(MaxDuration) {
-			return 0, fmt.Errorf("duration %q is longer than the maximum of 10 years", in)
-		}
-		return time.Duration(d), nil
+		return saturate(d), nil
 	}
-	// Words: "1 hour 30 minutes", "1 hour and 30 minutes", "5 minute".
+	// Words: "1 hour 30 minutes", "1 hour and 30 minutes", "5 minute"; Go
+	// durations too large for time.ParseDuration ("100000000h") as well.
 	fields := strings.Fields(strings.NewReplacer(",", " ", " and ", " ").Replace(strings.ToLower(in)))
 	var total float64
 	for i := 0; i < len(fields); {
@@ -85,11 +148,8 @@ func parseDuration(in string) (time.Duration, error) {
 		}
 		n, _ := strconv.ParseFloat(m[1], 64)
 		total += n * float64(wordUnits[m[2][0]])
-		if total > float64(MaxDuration) {
-			return 0, fmt.Errorf("duration %q is longer than the maximum of 10 years", in)
-		}
 	}
-	return time.Duration(total), nil
+	return saturate(total), nil
 }
 
 // FormatDuration renders d in Go form without zero units: 1h, 1h30m, 90s

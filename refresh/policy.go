@@ -91,6 +91,9 @@ func ParsePolicy(b []byte, base *Policy) (Policy, error) {
 	case hasStrategy:
 		p.Retries = nil
 	}
+	if err := checkRanges(keys); err != nil {
+		return Policy{}, err
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&p); err != nil {
@@ -106,6 +109,33 @@ func ParsePolicy(b []byte, base *Policy) (Policy, error) {
 		return Policy{}, err
 	}
 	return p, nil
+}
+
+// checkRanges checks the policy's durations against their fields' ranges
+// before the decode does (which knows only AnyDuration), so that an error
+// states the field's rule: timeout "100000h" is too long for a timeout
+// before it is too long for any duration.
+func checkRanges(keys map[string]json.RawMessage) error {
+	for _, f := range []struct {
+		key string
+		r   Range
+	}{{"timeout", TimeoutRange}, {"give_up_after", GiveUpRange}} {
+		var s string
+		if json.Unmarshal(keys[f.key], &s) == nil {
+			if _, err := f.r.Parse(s); err != nil {
+				return fmt.Errorf("%w: %s: %v", ErrInvalidPolicy, f.key, err)
+			}
+		}
+	}
+	var retries []string
+	if json.Unmarshal(keys["retries"], &retries) == nil {
+		for i, s := range retries {
+			if _, err := DelayRange.Parse(s); err != nil {
+				return fmt.Errorf("%w: retries[%d]: %v", ErrInvalidPolicy, i, err)
+			}
+		}
+	}
+	return nil
 }
 
 func (p Policy) clone() Policy {
@@ -140,8 +170,8 @@ func (p Policy) Validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", ErrInvalidPolicy, fmt.Sprintf(format, args...))
 	}
-	if p.Timeout < Duration(time.Second) || p.Timeout > Duration(MaxTimeout) {
-		return bad("timeout %s: expected from 1s to 7 days", p.Timeout)
+	if !TimeoutRange.Contains(time.Duration(p.Timeout)) {
+		return bad("timeout %s: expected %s", p.Timeout, TimeoutRange)
 	}
 	if p.Strategy != nil {
 		if err := p.Strategy.Validate(); err != nil {
@@ -152,8 +182,8 @@ func (p Policy) Validate() error {
 			return bad("retries has %d entries: at most %d are allowed", len(p.Retries), MaxRetries)
 		}
 		for i, d := range p.Retries {
-			if d < 0 || d > Duration(MaxDelay) {
-				return bad("retries[%d] %s: expected from 0s to 365 days", i, d)
+			if !DelayRange.Contains(time.Duration(d)) {
+				return bad("retries[%d] %s: expected %s", i, d, DelayRange)
 			}
 		}
 	}
@@ -162,8 +192,8 @@ func (p Policy) Validate() error {
 	default:
 		return bad("on_exhausted %q: expected %q or %q", p.OnExhausted, Disable, WaitNext)
 	}
-	if p.GiveUpAfter < 0 || p.GiveUpAfter > Duration(MaxGiveUp) {
-		return bad("give_up_after %s: expected from 0s (never) to 10 years", p.GiveUpAfter)
+	if !GiveUpRange.Contains(time.Duration(p.GiveUpAfter)) {
+		return bad("give_up_after %s: expected %s", p.GiveUpAfter, GiveUpRange)
 	}
 	return nil
 }
@@ -204,7 +234,7 @@ func ParseDelays(s string) ([]Duration, error) {
 	}
 	var out []Duration
 	for i, part := range strings.Split(s, ",") {
-		d, err := ParseDuration(part)
+		d, err := DelayRange.Parse(part)
 		if err != nil {
 			return nil, fmt.Errorf("retry %d: %w", i+1, err)
 		}

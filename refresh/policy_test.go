@@ -46,14 +46,46 @@ func TestParseDuration(t *testing.T) {
 		{"PT", "ISO 8601"},
 		{"P", "ISO 8601"},
 		{"11 years", "expected a Go duration"},
-		{"600 weeks", "maximum of 10 years"},
-		{"100000h", "maximum of 10 years"},
+		{"600 weeks", `duration "600 weeks" is too long: expected from 0s to 10 years`},
+		{"100000h", `duration "100000h" is too long: expected from 0s to 10 years`},
+		{"100000000000h", "too long"},
+		{"P10000000000W", "too long"},
+		{"--5m", "expected a Go duration"},
 		{"minutes", "expected a Go duration"},
 	}
 	for _, tt := range bad {
 		if _, err := ParseDuration(tt.in); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("ParseDuration(%q) error = %v; want it to contain %q", tt.in, err, tt.want)
 		}
+	}
+}
+
+// Each range states its rule the same way in every error; the policy's
+// Validate states the same rules.
+func TestRangesStateOneRule(t *testing.T) {
+	for _, tt := range []struct {
+		r    Range
+		in   string
+		want string
+	}{
+		{TimeoutRange, "-5m", `duration "-5m" is negative: expected from 1s to 7 days`},
+		{TimeoutRange, "0", `duration "0" is too short: expected from 1s to 7 days`},
+		{TimeoutRange, "100000h", `duration "100000h" is too long: expected from 1s to 7 days`},
+		{TimeoutRange, "", "empty duration: expected e.g. 90s, 5m, PT5M or \"5 minutes\", from 1s to 7 days"},
+		{DelayRange, "-1 minute", `duration "-1 minute" is negative: expected from 0s to 365 days`},
+		{GiveUpRange, "600 weeks", `duration "600 weeks" is too long: expected from 0s (never) to 10 years`},
+	} {
+		if _, err := tt.r.Parse(tt.in); err == nil || err.Error() != tt.want {
+			t.Errorf("%v.Parse(%q) = %v; want %s", tt.r, tt.in, err, tt.want)
+		}
+	}
+	if d, err := TimeoutRange.Parse("7 days"); err != nil || d != MaxTimeout {
+		t.Errorf("TimeoutRange.Parse(7 days) = %v, %v", d, err)
+	}
+	p := DefaultPolicy()
+	p.Timeout = 0
+	if err := p.Validate(); err == nil || !strings.Contains(err.Error(), "timeout 0s: expected "+TimeoutRange.String()) {
+		t.Errorf("Validate: %v", err)
 	}
 }
 
@@ -87,11 +119,14 @@ func TestParsePolicy(t *testing.T) {
 		t.Errorf("ParsePolicy on default = %+v, %v", q, err)
 	}
 	bad := []struct{ in, want string }{
-		{`{"timeout":"0s"}`, "timeout 0s: expected from 1s to 7 days"},
-		{`{"timeout":"8 days"}`, "timeout 192h: expected from 1s to 7 days"},
+		{`{"timeout":"0s"}`, `timeout: duration "0s" is too short: expected from 1s to 7 days`},
+		{`{"timeout":"8 days"}`, `timeout: duration "8 days" is too long: expected from 1s to 7 days`},
+		{`{"timeout":"-5m"}`, `timeout: duration "-5m" is negative: expected from 1s to 7 days`},
+		{`{"timeout":"100000h"}`, `timeout: duration "100000h" is too long: expected from 1s to 7 days`},
+		{`{"give_up_after":"P100000W"}`, `give_up_after: duration "P100000W" is too long: expected from 0s (never) to 10 years`},
 		{`{"timeout":60}`, `expected a string such as "5m"`},
 		{`{"retries":["1m","-1m"]}`, "negative"},
-		{`{"retries":["1m","400 days"]}`, "retries[1] 9600h: expected from 0s to 365 days"},
+		{`{"retries":["1m","400 days"]}`, `retries[1]: duration "400 days" is too long: expected from 0s to 365 days`},
 		{`{"on_exhausted":"panic"}`, `on_exhausted "panic": expected "disable" or "wait_next"`},
 		{`{"colour":"red"}`, `unknown field "colour"`},
 		{`{"align":"yes"}`, "align"},
