@@ -99,7 +99,7 @@ type run struct {
 	st       *store.Store
 	redisURL string
 	port     int
-	redis    *exec.Cmd
+	redis    *redisServer
 	rdb      redis.UniversalClient
 	names    queue.Names
 
@@ -251,15 +251,11 @@ func (r *run) setup(ctx context.Context) (func(), error) {
 	}
 	r.port = port
 	r.redisURL = fmt.Sprintf("redis://127.0.0.1:%d/0", port)
-	if err := r.startRedis(ctx); err != nil {
+	r.redis = &redisServer{bin: r.cfg.RedisServer, port: port}
+	if err := r.redis.start(ctx); err != nil {
 		return cleanup, err
 	}
-	cleanups = append(cleanups, func() {
-		if r.redis != nil && r.redis.Process != nil {
-			r.redis.Process.Kill()
-			r.redis.Wait()
-		}
-	})
+	cleanups = append(cleanups, r.redis.stop)
 	r.rdb = redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", port), DialTimeout: time.Second, ReadTimeout: 3 * time.Second})
 	cleanups = append(cleanups, func() { r.rdb.Close() })
 	r.names = queue.DefaultNames()
@@ -284,18 +280,31 @@ func (r *run) setup(ctx context.Context) (func(), error) {
 	return cleanup, nil
 }
 
-func (r *run) startRedis(ctx context.Context) error {
+// redisServer is the run's private redis-server, in a temporary directory
+// of its own that stop removes.
+type redisServer struct {
+	bin  string
+	port int
+	cmd  *exec.Cmd
+	dir  string
+}
+
+// start starts redis-server, without persistence, and waits until it answers.
+func (s *redisServer) start(ctx context.Context) error {
 	dir, err := os.MkdirTemp("", "bigtables-chaos-redis")
 	if err != nil {
-		return err
+		return fmt.Errorf("redis-server directory: %w", err)
 	}
-	r.redis = exec.Command(r.cfg.RedisServer, "--port", strconv.Itoa(r.port), "--bind", "127.0.0.1", "--save", "",
+	s.dir = dir
+	s.cmd = exec.Command(s.bin, "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--save", "",
 		"--appendonly", "no", "--dir", dir, "--logfile", "")
-	if err := r.redis.Start(); err != nil {
+	if err := s.cmd.Start(); err != nil {
+		s.cmd = nil
+		s.stop()
 		return fmt.Errorf("start redis-server: %w", err)
 	}
 	for range 100 {
-		c := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", r.port)})
+		c := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", s.port)})
 		err := c.Ping(ctx).Err()
 		c.Close()
 		if err == nil {
@@ -303,7 +312,28 @@ func (r *run) startRedis(ctx context.Context) error {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	s.stop()
 	return errors.New("private redis-server did not answer")
+}
+
+// stop kills redis-server, waits for it, and removes its directory.
+func (s *redisServer) stop() {
+	if s.cmd != nil && s.cmd.Process != nil {
+		s.cmd.Process.Kill()
+		s.cmd.Wait()
+	}
+	s.cmd = nil
+	if s.dir != "" {
+		os.RemoveAll(s.dir)
+		s.dir = ""
+	}
+}
+
+// signal sends sig to redis-server if it runs.
+func (s *redisServer) signal(sig os.Signal) {
+	if s.cmd != nil && s.cmd.Process != nil {
+		s.cmd.Process.Signal(sig)
+	}
 }
 
 // restartRedis kills Redis and starts it again, empty.
@@ -312,11 +342,10 @@ func (r *run) restartRedis(ctx context.Context) error {
 	r.mu.Lock()
 	r.redisDown[0] = time.Now()
 	r.mu.Unlock()
-	r.redis.Process.Kill()
-	r.redis.Wait()
+	r.redis.stop()
 	r.fault("redis restarted empty")
 	time.Sleep(2 * time.Second)
-	if err := r.startRedis(ctx); err != nil {
+	if err := r.redis.start(ctx); err != nil {
 		return err
 	}
 	r.mu.Lock()
