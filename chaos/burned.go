@@ -22,9 +22,11 @@ var answers = map[string]bool{"success": true, "duplicate": true, "failure": tru
 // deadline, or never while Redis held it. An attempt whose job or result
 // was in Redis when Redis was restarted empty (redisDown: when it was
 // killed, when it answered again) is lost with Redis's data, not burned.
-// schedulerKills are the times a scheduler was killed: a job that never
-// reached a worker is marked as possibly lost with its scheduler's tick.
-func judge(history []attemptRow, pushed []push, pops []pop, redisDown [2]time.Time, schedulerKills []time.Time) judgement {
+// For a job that never reached a worker, the line says whether a job for
+// the attempt was forwarded to Redis (forwarded: when, by the proxy) and, if
+// not, whether a scheduler was killed within pushWindow of the start
+// (schedulerKills).
+func judge(history []attemptRow, pushed []push, pops []pop, redisDown [2]time.Time, forwarded map[string]time.Time, schedulerKills []time.Time) judgement {
 	inTime := map[string][]push{}
 	for _, p := range pushed {
 		if answers[p.kind] && p.at.Before(p.deadline.Add(-applyMargin)) {
@@ -70,15 +72,21 @@ func judge(history []attemptRow, pushed []push, pops []pop, redisDown [2]time.Ti
 			j.lost++
 			continue
 		}
-		why := ""
-		if killedDuring(schedulerKills, h.StartedAt, h.FinishedAt) {
-			why = " (a scheduler was killed while it ran)"
+		why := ": its push never reached Redis"
+		if at, ok := forwarded[h.AttemptUID]; ok {
+			why = fmt.Sprintf(" although its push reached Redis %v after the start", at.Sub(h.StartedAt).Round(time.Millisecond))
+		} else if killedDuring(schedulerKills, h.StartedAt, h.StartedAt.Add(pushWindow)) {
+			why += " (a scheduler was killed right after the start)"
 		}
 		j.burned = append(j.burned, fmt.Sprintf("the job of attempt %s of %s never reached a worker%s", h.AttemptUID, h.UID, why))
 	}
 	sort.Strings(j.burned)
 	return j
 }
+
+// pushWindow is how long after its start an attempt's push may still be
+// under way: go-redis retries for about 1.7 s and the scheduler tries again.
+const pushWindow = 5 * time.Second
 
 // killedDuring reports whether a kill happened in [from, to].
 func killedDuring(kills []time.Time, from, to time.Time) bool {

@@ -24,6 +24,7 @@ func TestJudge(t *testing.T) {
 		pushed    []push
 		pops      []pop
 		redisDown [2]time.Time
+		forwarded map[string]time.Time
 		kills     []time.Time
 		burned    string // a fragment of the one burned attempt's line; "" if none
 		lost      int
@@ -37,8 +38,9 @@ func TestJudge(t *testing.T) {
 		{name: "worker never answers", h: timeout, pops: []pop{popAt(0.1)}},
 		{name: "job reached a worker after its deadline", h: timeout, pops: []pop{popAt(10.2)}, burned: "reached a worker 200ms after its deadline"},
 		{name: "a duplicate copy late, the first in time", h: timeout, pops: []pop{popAt(12), popAt(0.1)}},
-		{name: "job never reached a worker", h: timeout, burned: "never reached a worker"},
-		{name: "job never reached a worker, a scheduler killed meanwhile", h: timeout, kills: []time.Time{at(0.01)}, burned: "(a scheduler was killed while it ran)"},
+		{name: "job never reached a worker", h: timeout, burned: "never reached a worker: its push never reached Redis"},
+		{name: "job never reached a worker, a scheduler killed meanwhile", h: timeout, kills: []time.Time{at(0.01)}, burned: "(a scheduler was killed right after the start)"},
+		{name: "job pushed, never reached a worker", h: timeout, forwarded: map[string]time.Time{"a": at(0.25)}, burned: "although its push reached Redis 250ms after the start"},
 		{name: "job lost with Redis's data", h: timeout, redisDown: restart, lost: 1},
 		{name: "job started after Redis came back is not excused", h: attemptRow{AttemptUID: "a", UID: "c1", Outcome: "timeout", StartedAt: at(8), FinishedAt: at(18)},
 			redisDown: restart, burned: "never reached a worker"},
@@ -48,7 +50,7 @@ func TestJudge(t *testing.T) {
 		{name: "attempt timed out before Redis was killed is not excused", h: attemptRow{AttemptUID: "a", UID: "c1", Outcome: "timeout", StartedAt: at(0), FinishedAt: at(4)},
 			pushed: []push{pushAt("success", 1)}, pops: []pop{popAt(0.1)}, redisDown: [2]time.Time{at(4.5), at(6)}, burned: "success"},
 	} {
-		j := judge([]attemptRow{tc.h}, tc.pushed, tc.pops, tc.redisDown, tc.kills)
+		j := judge([]attemptRow{tc.h}, tc.pushed, tc.pops, tc.redisDown, tc.forwarded, tc.kills)
 		switch {
 		case tc.burned == "" && len(j.burned) > 0:
 			t.Errorf("%s: burned %q; want none", tc.name, j.burned)

@@ -238,7 +238,7 @@ func (r *run) check(ctx context.Context) (Report, error) {
 
 	// 7. Our faults burn no attempt.
 	burn := inv("no attempt burned by our faults: results pushed before the deadline are applied, jobs reach a worker before it")
-	j := judge(history, r.pushed, r.pops, r.redisDown, r.schedulerKills)
+	j := judge(history, r.pushed, r.pops, r.redisDown, r.proxy.forwarded(), r.schedulerKills)
 	burn.Checked = len(history)
 	burn.Violations = j.burned
 	rep.Burned, rep.LostWithRedis = len(j.burned), j.lost

@@ -261,14 +261,22 @@ func (r *run) duplicatePoller(ctx context.Context) {
 }
 
 // leaseHeld reports whether the poller id holds a lease that is still live
-// by Redis's clock.
+// by Redis's clock. Leases are scored by their expiry in Unix milliseconds
+// or microseconds (by the magnitude: either is far from the other).
 func (r *run) leaseHeld(ctx context.Context, id string) bool {
 	exp, err := r.rdb.ZScore(ctx, r.names.Output+":pollers", id).Result()
 	if err != nil {
 		return false
 	}
 	now, err := r.rdb.Time(ctx).Result()
-	return err == nil && exp > float64(now.Add(pollerLease/4).UnixMilli())
+	if err != nil {
+		return false
+	}
+	soon := now.Add(pollerLease / 4)
+	if exp > 1e14 {
+		return exp > float64(soon.UnixMicro())
+	}
+	return exp > float64(soon.UnixMilli())
 }
 
 func (r *run) violation(v string) {

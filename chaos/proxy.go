@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
+	"regexp"
 	"sync"
 	"time"
 )
@@ -33,7 +35,12 @@ type proxy struct {
 	dropSeen  int
 	downUntil time.Time // connections are refused until then
 	trigger   *outageTrigger
+	jobs      map[string]time.Time // attempt uid -> when a job for it was first forwarded to Redis
 }
+
+// jobAttempt finds the attempt of a job in a command (a result has no
+// input_url, and inside a dead letter its quotes are escaped).
+var jobAttempt = regexp.MustCompile(`"refresh_attempt_uid":"([^"\\]{1,200})","input_url"`)
 
 // Fault kinds the proxy counts.
 const (
@@ -57,7 +64,8 @@ type pipe struct {
 	client, server net.Conn
 	once           sync.Once
 	mu             sync.Mutex
-	losing         bool // this connection's replies are being lost; it closes soon
+	losing         bool   // this connection's replies are being lost; it closes soon
+	carry          []byte // the end of the last chunk forwarded, for a job split across reads
 }
 
 func (p *pipe) close() {
@@ -80,7 +88,8 @@ func newProxy(upstream string, count func(kind string), now func() time.Time) (*
 	if now == nil {
 		now = time.Now
 	}
-	p := &proxy{upstream: upstream, ln: ln, count: count, now: now, closing: make(chan struct{}), conns: map[*pipe]struct{}{}}
+	p := &proxy{upstream: upstream, ln: ln, count: count, now: now, closing: make(chan struct{}),
+		conns: map[*pipe]struct{}{}, jobs: map[string]time.Time{}}
 	p.wg.Go(p.accept)
 	return p, nil
 }
@@ -172,6 +181,7 @@ func (p *proxy) forward(pp *pipe) {
 				p.fire(pp, t, chunk)
 				return
 			}
+			p.noteJobs(pp, chunk)
 			if _, werr := pp.server.Write(chunk); werr != nil {
 				return
 			}
@@ -188,12 +198,37 @@ func (p *proxy) fire(pp *pipe, t *outageTrigger, chunk []byte) {
 		pp.mu.Lock()
 		pp.losing = true
 		pp.mu.Unlock()
+		p.noteJobs(pp, chunk)
 		pp.server.Write(chunk)
 		time.Sleep(50 * time.Millisecond) // Redis runs it; its reply is lost
 	}
 	p.outage(t.d)
 	p.count(faultPushOutage)
 	close(t.fired)
+}
+
+// noteJobs records the attempts of the jobs in a chunk about to be
+// forwarded, with the end of the previous chunk before it.
+func (p *proxy) noteJobs(pp *pipe, chunk []byte) {
+	data := append(pp.carry, chunk...)
+	if bytes.Contains(data, []byte(`"input_url"`)) {
+		now := p.now()
+		p.mu.Lock()
+		for _, m := range jobAttempt.FindAllSubmatch(data, -1) {
+			if _, ok := p.jobs[string(m[1])]; !ok {
+				p.jobs[string(m[1])] = now
+			}
+		}
+		p.mu.Unlock()
+	}
+	pp.carry = append(pp.carry[:0], data[max(len(data)-300, 0):]...)
+}
+
+// forwarded returns when a job for each attempt was first forwarded to Redis.
+func (p *proxy) forwarded() map[string]time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return maps.Clone(p.jobs)
 }
 
 // backward copies replies from Redis to the client, losing them while a

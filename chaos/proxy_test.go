@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/bigtables/bigtables/internal/testsvc"
+	"github.com/bigtables/bigtables/protocol"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -165,5 +166,30 @@ func TestProxyDropsConnections(t *testing.T) {
 	}
 	if err := via.Ping(ctx).Err(); err != nil {
 		t.Errorf("PING after the drop (a new connection): %v", err)
+	}
+}
+
+// The proxy notes the attempts of the jobs it forwards, also when a job is
+// split across reads, and not those of results.
+func TestProxyNotesForwardedJobs(t *testing.T) {
+	p, via, _, key, _, _ := proxied(t, 0)
+	ctx := context.Background()
+	job := protocol.Job{BigTableUID: "c1", AttemptUID: "att-pushed", InputURL: "http://x.invalid/", AttemptNo: 1, DeadlineAt: time.Now()}
+	res := protocol.Result{BigTableUID: "c1", AttemptUID: "att-result", Type: protocol.Success}
+	if err := via.RPush(ctx, key, job.Encode(), res.Encode()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	split := protocol.Job{BigTableUID: "c2", AttemptUID: "att-split", InputURL: "http://x.invalid/", AttemptNo: 1, DeadlineAt: time.Now()}.Encode()
+	pp := &pipe{}
+	p.noteJobs(pp, split[:30])
+	p.noteJobs(pp, split[30:])
+	got := p.forwarded()
+	for _, a := range []string{"att-pushed", "att-split"} {
+		if _, ok := got[a]; !ok {
+			t.Errorf("forwarded() = %v; want %s in it", got, a)
+		}
+	}
+	if _, ok := got["att-result"]; ok {
+		t.Errorf("forwarded() = %v: a result taken for a job", got)
 	}
 }
