@@ -339,7 +339,7 @@ func (r *run) addUnreadable(ctx context.Context, n int) error {
 
 // poison returns a result that is valid JSON but holds what PostgreSQL
 // cannot store (NUL) or invalid UTF-8, and the outcome it has if a decoder
-// cleans it instead of dead-lettering it.
+// cleans it instead of dead-lettering it ("success or stale": either).
 func (r *run) poison(job protocol.Job) (raw, want string) {
 	uid, att := strconv.Quote(job.BigTableUID), strconv.Quote(job.AttemptUID)
 	switch r.intn(7) {
@@ -353,7 +353,8 @@ func (r *run) poison(job protocol.Job) (raw, want string) {
 	case 3:
 		return fmt.Sprintf(`{"big_table_uid":"%s\u0000","refresh_attempt_uid":%s,"type":"success"}`, strings.Trim(uid, `"`), att), "success"
 	case 4:
-		return fmt.Sprintf(`{"big_table_uid":%s,"refresh_attempt_uid":"%s\u0000","type":"success"}`, uid, strings.Trim(att, `"`)), "success"
+		// Cleaned by replacing the NUL, it names no attempt: stale.
+		return fmt.Sprintf(`{"big_table_uid":%s,"refresh_attempt_uid":"%s\u0000","type":"success"}`, uid, strings.Trim(att, `"`)), "success or stale"
 	case 5:
 		return fmt.Sprintf(`{"big_table_uid":%s,"refresh_attempt_uid":%s,"type":"success","message":"bytes `+"\xff\xfe\xc0"+` are not UTF-8"}`, uid, att), "success"
 	default:
