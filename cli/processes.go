@@ -2,7 +2,11 @@ package cli
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/bigtables/bigtables/poller"
@@ -71,14 +75,19 @@ func runWorker(ctx context.Context, e env, args []string) error {
 	var cfg Config
 	var concurrency int
 	var command string
-	fs := flagSet(e, "worker", "worker [--concurrency N] [--exec CMD]", &cfg)
+	var grace time.Duration
+	fs := flagSet(e, "worker", "worker [--concurrency N] [--exec CMD] [--shutdown-grace D]", &cfg)
 	fs.IntVar(&concurrency, "concurrency", 4, "jobs run at once")
-	fs.StringVar(&command, "exec", "", "run CMD (sh -c) per job, job JSON on stdin; exit 0 is success (default: HTTP GET input_url)")
+	fs.StringVar(&command, "exec", "", "run CMD (sh -c) per job in a process group of its own, job JSON on stdin; exit 0 is success (default: HTTP GET input_url)")
+	fs.DurationVar(&grace, "shutdown-grace", 0, "on SIGINT/SIGTERM, stop the jobs in hand after D, pushing nothing for them (0: let them finish; a second signal, a second or more after the first, stops them at once)")
 	if _, err := parse(fs, args, 0); err != nil {
 		return err
 	}
 	if concurrency < 1 || concurrency > 1000 {
 		return usagef("--concurrency %d: expected 1 to 1000", concurrency)
+	}
+	if grace < 0 {
+		return usagef("--shutdown-grace %v: expected 0 (no limit) or more", grace)
 	}
 	tuneGC(e)
 	log, err := cfg.logger(e)
@@ -89,7 +98,45 @@ func runWorker(ctx context.Context, e env, args []string) error {
 	if command != "" {
 		h = worker.Exec(command)
 	}
+	abort, stopAbort := abortOnSecondSignal(log)
+	defer stopAbort()
 	return cfg.withQueue(ctx, func(q *queue.Queue) error {
-		return worker.Run(ctx, worker.Options{Queue: q, Concurrency: concurrency, Logger: log}, h)
+		return worker.Run(ctx, worker.Options{Queue: q, Concurrency: concurrency, ShutdownGrace: grace, Abort: abort, Logger: log}, h)
 	})
+}
+
+// abortOnSecondSignal returns a context cancelled by a second SIGINT or
+// SIGTERM: the first one (which also cancels the command's context) starts
+// the graceful stop. Signals within a second of the first count as the same
+// one: a Ctrl-C reaches every process of the terminal's foreground group,
+// and a wrapper script that forwards its own SIGTERM to the worker then
+// delivers two at once.
+func abortOnSecondSignal(log *slog.Logger) (context.Context, func()) {
+	abort, cancel := context.WithCancel(context.Background())
+	sig := make(chan os.Signal, 4)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		var first time.Time
+		for {
+			select {
+			case <-abort.Done():
+				return
+			case s := <-sig:
+				switch {
+				case first.IsZero():
+					first = time.Now()
+					log.Info("stopping: finishing the jobs in hand (a second signal stops them)", "signal", s.String())
+				case time.Since(first) < time.Second:
+					log.Debug("signal ignored: it came with the first one", "signal", s.String())
+				default:
+					log.Warn("second signal: stopping the jobs in hand; no result is pushed for them", "signal", s.String())
+					cancel()
+					return
+				}
+			}
+		}
+	}()
+	// Further signals stay caught until the worker returns: one that killed
+	// it would cut its last result push or log line.
+	return abort, func() { signal.Stop(sig); cancel() }
 }

@@ -11,6 +11,7 @@
 //	<output>:pollers               live pollers (sorted set: poller id -> lease expiry, Unix ms)
 //	<dead>                         dead letters (list of protocol.DeadLetter JSON)
 //	<input>:cancelled:<attempt>    set while a superseded attempt's worker should stop (string "1", expires)
+//	<output>:pushed:<attempt>      set once the Go worker library pushed the attempt's final result (the push's token, expires)
 //
 // In Redis Cluster the keys of one script must share a hash slot: give the
 // queue names a common hash tag, e.g. "{bt}-input", "{bt}-output",

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"os/exec"
 	"strings"
 	"time"
@@ -56,6 +57,13 @@ func HTTPGet(client *http.Client) Handler {
 // uid, input URL, deadline). Exit status 0 is a success; anything else,
 // including being killed at the deadline, is a retryable failure whose
 // message is the last non-empty line the command wrote to standard error.
+//
+// Each job runs in a process group of its own (on Unix): a Ctrl-C at the
+// terminal, or a signal to the worker's group, does not reach it, so a
+// worker that is told to stop can finish the job in hand. When the job's
+// context ends (its deadline, a superseded attempt, an abort) the whole group
+// is killed, the shell's children too; when the command exits, whatever it
+// left running in its group is killed: nothing a job starts outlives it.
 func Exec(command string) Handler {
 	return func(ctx context.Context, job protocol.Job) error {
 		cmd := exec.CommandContext(ctx, "sh", "-c", command)
@@ -66,16 +74,45 @@ func Exec(command string) Handler {
 			"BIGTABLES_INPUT_URL="+job.InputURL,
 			"BIGTABLES_DEADLINE_AT="+job.DeadlineAt.UTC().Format(time.RFC3339Nano),
 		)
+		// Standard error is a pipe of ours rather than a writer, so that Wait
+		// returns when sh exits even while a child it left holds the pipe:
+		// the group is killed first, then the pipe read to its end.
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			return fmt.Errorf("command: pipe for standard error: %w", err)
+		}
+		defer pr.Close()
+		cmd.Stderr = pw
+		ownProcessGroup(cmd)
+		cmd.WaitDelay = 2 * time.Second // then sh itself is killed, if killing its group failed
+		err = cmd.Start()
+		pw.Close()
+		if err != nil {
+			return fmt.Errorf("start command: %w", err)
+		}
 		var stderr tail
-		cmd.Stderr = &stderr
-		cmd.WaitDelay = 2 * time.Second
-		err := cmd.Run()
+		copied := make(chan struct{})
+		go func() {
+			defer close(copied)
+			io.Copy(&stderr, pr)
+		}()
+		err = cmd.Wait()
+		killProcessGroup(cmd.Process.Pid) // whatever the command left running
+		select {
+		case <-copied:
+		case <-time.After(2 * time.Second): // a process that left the group holds the pipe
+			pr.Close()
+			<-copied
+		}
 		if err == nil {
 			return nil
 		}
 		msg := stderr.lastLine()
 		if ctx.Err() != nil {
-			return fmt.Errorf("command stopped at the deadline: %w", ctx.Err())
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return fmt.Errorf("command stopped at the deadline: %w", ctx.Err())
+			}
+			return fmt.Errorf("command stopped: %w", context.Cause(ctx))
 		}
 		var exit *exec.ExitError
 		if errors.As(err, &exit) && msg != "" {

@@ -1,12 +1,21 @@
 package worker_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -14,6 +23,7 @@ import (
 	"github.com/bigtables/bigtables/protocol"
 	"github.com/bigtables/bigtables/queue"
 	"github.com/bigtables/bigtables/worker"
+	"github.com/redis/go-redis/v9"
 )
 
 func job(url string, timeout time.Duration) protocol.Job {
@@ -106,7 +116,7 @@ func TestRunHandlesJobsAndStopsGracefully(t *testing.T) {
 	ctx := context.Background()
 	for _, uid := range []string{"ok", "fail", "perm", "panic"} {
 		j := job("http://example.com/"+uid, time.Minute)
-		j.BigTableUID = uid
+		j.BigTableUID, j.AttemptUID = uid, "c1-"+uid
 		if err := q.PushJobs(ctx, [][]byte{j.Encode()}); err != nil {
 			t.Fatal(err)
 		}
@@ -174,7 +184,7 @@ func TestRunHandlesJobsAndStopsGracefully(t *testing.T) {
 		got["panic"].Type != protocol.Failure || !strings.Contains(got["panic"].Message, "panicked") {
 		t.Errorf("results %+v", got)
 	}
-	if got["ok"].AttemptUID != "c1" {
+	if got["ok"].AttemptUID != "c1-ok" {
 		t.Errorf("attempt uid not echoed: %+v", got["ok"])
 	}
 }
@@ -217,5 +227,417 @@ func TestSupersededJobIsCancelled(t *testing.T) {
 	}
 	if ttl, _ := rdb.TTL(ctx, names.CancelKey(j.AttemptUID)).Result(); ttl < time.Minute || ttl > 2*time.Minute {
 		t.Errorf("cancel marker TTL %v; want about the deadline + 1 minute", ttl)
+	}
+}
+
+// procState returns the state letter of a process ('R', 'S', 'Z', ...) and
+// its process group, or 0 if it does not exist.
+func procState(pid int) (state byte, pgrp int) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, 0
+	}
+	// pid (comm) state ppid pgrp ...; comm may hold spaces and parentheses.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 3 {
+		return 0, 0
+	}
+	pgrp, _ = strconv.Atoi(f[2])
+	return f[0][0], pgrp
+}
+
+// liveInGroup lists the processes of group pgid that are alive (zombies,
+// dead but not yet reaped, do not count).
+func liveInGroup(t *testing.T, pgid int) []int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Skipf("skipping: no /proc to inspect processes: %v", err)
+	}
+	var live []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if st, g := procState(pid); g == pgid && st != 'Z' && st != 'X' && st != 0 {
+			live = append(live, pid)
+		}
+	}
+	return live
+}
+
+// waitGroupGone waits (a SIGKILL takes effect asynchronously) until no
+// process of the group lives, and fails the test if some still do after 5s.
+func waitGroupGone(t *testing.T, pgid int) {
+	t.Helper()
+	for start := time.Now(); ; time.Sleep(20 * time.Millisecond) {
+		live := liveInGroup(t, pgid)
+		if len(live) == 0 {
+			return
+		}
+		if time.Since(start) > 5*time.Second {
+			for _, pid := range live {
+				syscall.Kill(pid, syscall.SIGKILL) // do not leave them behind
+			}
+			t.Fatalf("processes %v of the job's group %d are still alive", live, pgid)
+		}
+	}
+}
+
+// waitGone waits until the process is dead, and fails the test if it still
+// lives after 5s.
+func waitGone(t *testing.T, pid int) {
+	t.Helper()
+	for start := time.Now(); ; time.Sleep(20 * time.Millisecond) {
+		if st, _ := procState(pid); st == 0 || st == 'Z' || st == 'X' {
+			return
+		}
+		if time.Since(start) > 5*time.Second {
+			t.Errorf("process %d, started by the job, is still alive after the job", pid)
+			return
+		}
+	}
+}
+
+func waitFile(t *testing.T, path string) string {
+	t.Helper()
+	for start := time.Now(); time.Since(start) < 10*time.Second; time.Sleep(10 * time.Millisecond) {
+		if b, err := os.ReadFile(path); err == nil && bytes.HasSuffix(b, []byte("\n")) {
+			return strings.TrimSpace(string(b))
+		}
+	}
+	t.Fatalf("%s was never written", path)
+	return ""
+}
+
+// An Exec job runs in a process group of its own; when its context ends,
+// the whole group is killed (the shell's children too), and when the shell
+// exits, whatever it left running is killed.
+func TestExecKillsTheJobsProcessGroup(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("skipping: reads /proc to find the job's processes")
+	}
+	tests := []struct {
+		name, cmd string
+		cancel    bool // end the context once the job runs; else the command exits itself
+		wantErr   string
+	}{
+		{"context ends", `echo $$ >"$DIR/pgid"; sleep 30 & echo $! >"$DIR/child"; wait`, true, "command stopped"},
+		{"command exits, its child runs on", `echo $$ >"$DIR/pgid"; sleep 30 & echo $! >"$DIR/child"; exit 0`, false, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			t.Setenv("DIR", dir)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			errc := make(chan error, 1)
+			go func() { errc <- worker.Exec(tt.cmd)(ctx, job("http://example.com/", time.Minute)) }()
+			pgid, _ := strconv.Atoi(waitFile(t, filepath.Join(dir, "pgid")))
+			child, _ := strconv.Atoi(waitFile(t, filepath.Join(dir, "child")))
+			t.Cleanup(func() { syscall.Kill(child, syscall.SIGKILL) }) // if the test fails
+			if pgid == syscall.Getpgrp() {
+				t.Errorf("the job runs in the worker's process group %d", pgid)
+			}
+			if _, g := procState(child); g != pgid {
+				t.Errorf("the shell's child %d is in group %d; want the job's group %d", child, g, pgid)
+			}
+			if tt.cancel {
+				cancel()
+			}
+			var err error
+			select {
+			case err = <-errc:
+			case <-time.After(10 * time.Second):
+				t.Fatal("Exec did not return")
+			}
+			if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
+				t.Errorf("err = %v; want %q", err, tt.wantErr)
+			}
+			waitGone(t, child)
+			waitGroupGone(t, pgid)
+		})
+	}
+}
+
+// Jobs that can no longer count are dropped without work: one past its
+// deadline (by the worker's clock) and one whose attempt was cancelled.
+func TestSkipsJobsThatCannotRun(t *testing.T) {
+	_, rdb, names := testsvc.Redis(t)
+	q := queue.New(rdb, names)
+	ctx := context.Background()
+	now := time.Now()
+	expired, cancelled, good := job("u", time.Minute), job("u", 3*time.Minute), job("u", 3*time.Minute)
+	expired.BigTableUID, expired.AttemptUID = "expired", "a-expired"
+	cancelled.BigTableUID, cancelled.AttemptUID = "cancelled", "a-cancelled"
+	good.BigTableUID, good.AttemptUID = "good", "a-good"
+	if err := q.Cancel(ctx, map[string]time.Time{cancelled.AttemptUID: cancelled.DeadlineAt}); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.PushJobs(ctx, [][]byte{expired.Encode(), cancelled.Encode(), good.Encode()}); err != nil {
+		t.Fatal(err)
+	}
+	var stats worker.Stats
+	var ran []string
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error)
+	go func() {
+		done <- worker.Run(runCtx, worker.Options{Queue: q, Stats: &stats, Logger: slog.New(slog.DiscardHandler),
+			Now: func() time.Time { return now.Add(2 * time.Minute) }}, // expired's deadline has passed, not the others'
+			func(ctx context.Context, j protocol.Job) error {
+				ran = append(ran, j.BigTableUID)
+				return nil
+			})
+	}()
+	waitFor(t, "the three jobs", func() bool { return stats.Pushed.Load()+stats.Expired.Load()+stats.Cancelled.Load() == 3 })
+	stop()
+	<-done
+	if len(ran) != 1 || ran[0] != "good" {
+		t.Errorf("the handler ran for %v; want [good]", ran)
+	}
+	if stats.Expired.Load() != 1 || stats.Cancelled.Load() != 1 {
+		t.Errorf("skipped %d expired and %d cancelled; want 1 and 1", stats.Expired.Load(), stats.Cancelled.Load())
+	}
+	raw, _ := rdb.LRange(ctx, names.Output, 0, -1).Result()
+	if len(raw) != 1 || !strings.Contains(raw[0], `"good"`) {
+		t.Errorf("results %v; want only good's", raw)
+	}
+	if n, _ := rdb.LLen(ctx, names.Input).Result(); n != 0 {
+		t.Errorf("%d jobs left in the input list", n)
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for start := time.Now(); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// runOne runs Run on one job with opts; started is closed when the handler
+// runs, and the returned function stops Run's context.
+func runOne(t *testing.T, opts worker.Options, h worker.Handler) (q *queue.Queue, rdb redis.UniversalClient, names queue.Names, stop func(), done chan error) {
+	t.Helper()
+	_, rdb, names = testsvc.Redis(t)
+	q = queue.New(rdb, names)
+	if err := q.PushJobs(context.Background(), [][]byte{job("http://example.com/", time.Minute).Encode()}); err != nil {
+		t.Fatal(err)
+	}
+	opts.Queue = q
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done = make(chan error, 1)
+	go func() { done <- worker.Run(ctx, opts, h) }()
+	t.Cleanup(cancel)
+	return q, rdb, names, cancel, done
+}
+
+func waitDone(t *testing.T, done chan error, within time.Duration) {
+	t.Helper()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(within):
+		t.Fatalf("Run did not return within %v", within)
+	}
+}
+
+// A shutdown lets the job in hand finish and pushes its result.
+func TestShutdownFinishesTheJobInHand(t *testing.T) {
+	started, release := make(chan struct{}), make(chan struct{})
+	var stats worker.Stats
+	_, rdb, names, stop, done := runOne(t, worker.Options{Stats: &stats}, func(ctx context.Context, j protocol.Job) error {
+		close(started)
+		<-release
+		return ctx.Err()
+	})
+	<-started
+	stop()
+	close(release)
+	waitDone(t, done, 10*time.Second)
+	raw, _ := rdb.LRange(context.Background(), names.Output, 0, -1).Result()
+	if len(raw) != 1 || !strings.Contains(raw[0], `"success"`) {
+		t.Errorf("results %v; want one success", raw)
+	}
+}
+
+// A job stopped by the worker's shutdown (Abort, or the grace period over)
+// pushes nothing: a failure would cost the record an attempt for our stop.
+func TestStoppedJobPushesNothing(t *testing.T) {
+	for _, how := range []string{"abort", "grace"} {
+		t.Run(how, func(t *testing.T) {
+			abort, doAbort := context.WithCancel(context.Background())
+			defer doAbort()
+			opts := worker.Options{Stats: new(worker.Stats), Abort: abort}
+			if how == "grace" {
+				opts.ShutdownGrace = 50 * time.Millisecond
+			}
+			started, cause := make(chan struct{}), make(chan error, 1)
+			_, rdb, names, stop, done := runOne(t, opts, func(ctx context.Context, j protocol.Job) error {
+				close(started)
+				<-ctx.Done()
+				cause <- context.Cause(ctx)
+				return errors.New("interrupted")
+			})
+			<-started
+			stop()
+			if how == "abort" {
+				doAbort()
+			}
+			waitDone(t, done, 10*time.Second)
+			if c := <-cause; !errors.Is(c, worker.ErrStopped) {
+				t.Errorf("cause %v; want ErrStopped", c)
+			}
+			if n, _ := rdb.LLen(context.Background(), names.Output).Result(); n != 0 {
+				t.Errorf("a stopped job pushed %d results", n)
+			}
+			if opts.Stats.Stopped.Load() != 1 {
+				t.Errorf("stopped = %d; want 1", opts.Stats.Stopped.Load())
+			}
+		})
+	}
+}
+
+// A handler that still succeeds after the stop has its success pushed.
+func TestStoppedJobThatSucceededIsPushed(t *testing.T) {
+	abort, doAbort := context.WithCancel(context.Background())
+	started := make(chan struct{})
+	_, rdb, names, stop, done := runOne(t, worker.Options{Abort: abort}, func(ctx context.Context, j protocol.Job) error {
+		close(started)
+		<-ctx.Done()
+		return nil
+	})
+	<-started
+	stop()
+	doAbort()
+	waitDone(t, done, 10*time.Second)
+	raw, _ := rdb.LRange(context.Background(), names.Output, 0, -1).Result()
+	if len(raw) != 1 || !strings.Contains(raw[0], `"success"`) {
+		t.Errorf("results %v; want one success", raw)
+	}
+}
+
+// lossyProxy forwards TCP to Redis, but drops the reply to the first command
+// containing match (Redis has run it) and closes that connection, as a
+// network failure after the command would.
+type lossyProxy struct {
+	ln      net.Listener
+	target  string
+	match   []byte
+	dropped atomic.Bool
+}
+
+func newLossyProxy(t *testing.T, target string, match string) *lossyProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &lossyProxy{ln: ln, target: target, match: []byte(match)}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go p.handle(c)
+		}
+	}()
+	return p
+}
+
+func (p *lossyProxy) handle(c net.Conn) {
+	s, err := net.Dial("tcp", p.target)
+	if err != nil {
+		c.Close()
+		return
+	}
+	var dropReply atomic.Bool
+	go func() {
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := c.Read(buf)
+			if n > 0 {
+				if bytes.Contains(buf[:n], p.match) && p.dropped.CompareAndSwap(false, true) {
+					dropReply.Store(true)
+				}
+				s.Write(buf[:n])
+			}
+			if err != nil {
+				s.Close()
+				return
+			}
+		}
+	}()
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := s.Read(buf)
+		if n > 0 && dropReply.Load() {
+			break
+		}
+		if n > 0 {
+			c.Write(buf[:n])
+		}
+		if err != nil {
+			break
+		}
+	}
+	c.Close()
+	s.Close()
+}
+
+// A final result whose push reply is lost is delivered once, although
+// go-redis re-sends the command.
+func TestResultPushSurvivesALostReply(t *testing.T) {
+	rawURL, rdb, names := testsvc.Redis(t)
+	opt, err := redis.ParseURL(rawURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newLossyProxy(t, opt.Addr, names.Output)
+	opt.Addr = p.ln.Addr().String()
+	lossy := redis.NewClient(opt)
+	defer lossy.Close()
+	var stats worker.Stats
+	j := job("http://example.com/", time.Minute)
+	worker.Handle(context.Background(), worker.Options{Queue: queue.New(lossy, names), Stats: &stats, CancelPoll: -1,
+		Logger: slog.New(slog.DiscardHandler)}, j, func(context.Context, protocol.Job) error { return nil })
+	if !p.dropped.Load() {
+		t.Fatal("the proxy dropped no reply")
+	}
+	raw, _ := rdb.LRange(context.Background(), names.Output, 0, -1).Result()
+	if len(raw) != 1 {
+		t.Errorf("%d results pushed for one job: %v", len(raw), raw)
+	}
+	if stats.Pushed.Load() != 1 {
+		t.Errorf("pushed = %d; want 1", stats.Pushed.Load())
+	}
+}
+
+// Two workers handed the same attempt deliver one final result between
+// them, never a success and a failure.
+func TestOneFinalResultPerAttempt(t *testing.T) {
+	_, rdb, names := testsvc.Redis(t)
+	var stats worker.Stats
+	opts := worker.Options{Queue: queue.New(rdb, names), Stats: &stats, CancelPoll: -1, Logger: slog.New(slog.DiscardHandler)}
+	j := job("http://example.com/", time.Minute)
+	worker.Handle(context.Background(), opts, j, func(context.Context, protocol.Job) error { return nil })
+	worker.Handle(context.Background(), opts, j, func(context.Context, protocol.Job) error { return errors.New("no") })
+	raw, _ := rdb.LRange(context.Background(), names.Output, 0, -1).Result()
+	if len(raw) != 1 || !strings.Contains(raw[0], `"success"`) {
+		t.Errorf("results %v; want the first worker's success only", raw)
+	}
+	if stats.Pushed.Load() != 1 || stats.Duplicates.Load() != 1 {
+		t.Errorf("pushed %d, duplicates %d; want 1 and 1", stats.Pushed.Load(), stats.Duplicates.Load())
+	}
+	if ttl, _ := rdb.PTTL(context.Background(), names.PushedKey(j.AttemptUID)).Result(); ttl < time.Minute || ttl > 2*time.Minute {
+		t.Errorf("marker TTL %v; want about the deadline + 1 minute", ttl)
 	}
 }

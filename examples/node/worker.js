@@ -13,10 +13,17 @@ let stopping = false;
 process.on("SIGTERM", () => { stopping = true; });
 process.on("SIGINT", () => { stopping = true; });
 
+const say = (job, what) => console.log(`job ${job.big_table_uid} attempt ${job.attempt_no}: ${what}`);
+
 async function refresh(job) {
-  const result = { big_table_uid: job.big_table_uid, refresh_attempt_uid: job.refresh_attempt_uid };
   const remaining = Date.parse(job.deadline_at) - Date.now();
-  if (remaining <= 0) return null; // too late: the attempt times out, a result would be ignored
+  // Drop, without work, a job that can no longer count: a result after the
+  // deadline, or for a cancelled (superseded) attempt, would be ignored.
+  if (remaining <= 0) return say(job, "skipped, its deadline has passed");
+  if (await pusher.exists(`${input}:cancelled:${job.refresh_attempt_uid}`)) {
+    return say(job, "skipped, its attempt was cancelled");
+  }
+  const result = { big_table_uid: job.big_table_uid, refresh_attempt_uid: job.refresh_attempt_uid };
   try {
     const resp = await fetch(job.input_url, { signal: AbortSignal.timeout(remaining) });
     await resp.arrayBuffer();
@@ -34,6 +41,7 @@ async function refresh(job) {
     result.type = "failure";
     result.message = `GET ${job.input_url}: ${err.message}`;
   }
+  say(job, `${result.type} ${result.message ?? ""}`.trim());
   return result;
 }
 
@@ -41,11 +49,13 @@ const popper = createClient({ url }); // BLPOP blocks its connection
 const pusher = createClient({ url });
 await popper.connect();
 await pusher.connect();
+const redacted = url.replace(/\/\/([^:/@]*):[^@/]*@/, "//$1:xxxxx@"); // hide the password
+console.log(`worker: input ${input}, output ${output}, redis ${redacted}`);
 while (!stopping) {
   const popped = await popper.blPop(input, 1); // short: notice SIGTERM between pops
   if (popped === null) continue;
   const result = await refresh(JSON.parse(popped.element));
-  if (result !== null) await pusher.rPush(output, JSON.stringify(result));
+  if (result !== undefined) await pusher.rPush(output, JSON.stringify(result));
 }
 await popper.quit();
 await pusher.quit();

@@ -7,6 +7,7 @@ SIGTERM or SIGINT: finish the job in hand, then exit 0.
 """
 import json
 import os
+import re
 import signal
 import urllib.error
 import urllib.request
@@ -14,9 +15,10 @@ from datetime import datetime, timezone
 
 import redis
 
-r = redis.Redis.from_url(os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
+URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 INPUT = os.environ.get("BIGTABLES_INPUT_QUEUE", "bigtables-input")
 OUTPUT = os.environ.get("BIGTABLES_OUTPUT_QUEUE", "bigtables-output")
+r = redis.Redis.from_url(URL)
 
 stopping = False
 
@@ -30,13 +32,21 @@ signal.signal(signal.SIGTERM, stop)
 signal.signal(signal.SIGINT, stop)
 
 
+def say(job, what):
+    print(f"job {job['big_table_uid']} attempt {job['attempt_no']}: {what}", flush=True)
+
+
 def refresh(job):
-    """Returns the result for one job, or None if its deadline has passed."""
-    result = {"big_table_uid": job["big_table_uid"], "refresh_attempt_uid": job["refresh_attempt_uid"]}
+    """Returns the result for one job, or None if it was skipped."""
     deadline = datetime.fromisoformat(job["deadline_at"].replace("Z", "+00:00"))
     remaining = (deadline - datetime.now(timezone.utc)).total_seconds()
+    # Drop, without work, a job that can no longer count: a result after the
+    # deadline, or for a cancelled (superseded) attempt, would be ignored.
     if remaining <= 0:
-        return None  # too late: the attempt times out, a result would be ignored
+        return say(job, "skipped, its deadline has passed")
+    if r.exists(f"{INPUT}:cancelled:{job['refresh_attempt_uid']}"):
+        return say(job, "skipped, its attempt was cancelled")
+    result = {"big_table_uid": job["big_table_uid"], "refresh_attempt_uid": job["refresh_attempt_uid"]}
     url = job["input_url"]
     try:
         with urllib.request.urlopen(url, timeout=remaining) as resp:
@@ -51,10 +61,13 @@ def refresh(job):
     except Exception as e:  # network errors, timeouts: retried by the policy
         result["type"] = "failure"
         result["message"] = f"GET {url}: {e}"
+    say(job, f"{result['type']} {result.get('message', '')}".strip())
     return result
 
 
 def main():
+    redacted = re.sub(r"//([^:/@]*):[^@/]*@", r"//\1:xxxxx@", URL)  # hide the password
+    print(f"worker: input {INPUT}, output {OUTPUT}, redis {redacted}", flush=True)
     while not stopping:
         popped = r.blpop([INPUT], timeout=1)  # short: notice SIGTERM between pops
         if popped is None:

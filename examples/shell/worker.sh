@@ -8,22 +8,34 @@ set -u
 redis_url=${REDIS_URL:-redis://127.0.0.1:6379/0}
 input=${BIGTABLES_INPUT_QUEUE:-bigtables-input}
 output=${BIGTABLES_OUTPUT_QUEUE:-bigtables-output}
+redis() { redis-cli --no-auth-warning -u "$redis_url" "$@"; }
+say() { echo "job $(printf '%s' "$job" | jq -r '"\(.big_table_uid) attempt \(.attempt_no)"'): $*"; } # one line per job
 
 stopping=0
 trap 'stopping=1' TERM INT
+tmp=$(mktemp) && trap 'rm -f "$tmp"' EXIT
+# The URL with its password hidden.
+echo "worker: input $input, output $output, redis $(printf '%s' "$redis_url" | sed -E 's#//([^:/@]*):[^@/]*@#//\1:xxxxx@#')"
 
 while [ "$stopping" = 0 ]; do
   # BLPOP prints the list's name, then the job; nothing after 1 s without one.
-  job=$(redis-cli -u "$redis_url" --raw BLPOP "$input" 1 | sed -n 2p)
+  job=$(redis --raw BLPOP "$input" 1 | sed -n 2p)
   [ -n "$job" ] || continue
 
+  # Drop, without work, a job that can no longer count: a result after the
+  # deadline, or for a cancelled (superseded) attempt, would be ignored.
   url=$(printf '%s' "$job" | jq -r .input_url)
   deadline=$(printf '%s' "$job" | jq -r '.deadline_at | sub("\\.[0-9]+"; "") | fromdateiso8601')
   remaining=$((deadline - $(date +%s)))
-  [ "$remaining" -gt 0 ] || continue # too late: the attempt times out
+  if [ "$remaining" -le 0 ]; then say "skipped, its deadline has passed"; continue; fi
+  attempt=$(printf '%s' "$job" | jq -r .refresh_attempt_uid)
+  if [ "$(redis EXISTS "$input:cancelled:$attempt")" != 0 ]; then say "skipped, its attempt was cancelled"; continue; fi
 
-  code=$(curl -s -o /dev/null -w '%{http_code}' --max-time "$remaining" "$url")
-  status=$?
+  # In the background, where a Ctrl-C (SIGINT) does not reach it; wait again
+  # when a signal interrupts the wait: the job in hand is finished.
+  curl -s -o /dev/null -w '%{http_code}' --max-time "$remaining" "$url" >"$tmp" &
+  while wait $!; status=$?; [ "$status" -gt 128 ] && kill -0 $! 2>/dev/null; do :; done
+  code=$(cat "$tmp")
   if [ "$status" = 0 ] && [ "$code" -ge 200 ] && [ "$code" -lt 300 ]; then
     result=$(printf '%s' "$job" | jq -c '{big_table_uid, refresh_attempt_uid, type: "success"}')
   elif [ "$code" = 404 ] || [ "$code" = 410 ]; then # retrying cannot help
@@ -34,5 +46,6 @@ while [ "$stopping" = 0 ]; do
     result=$(printf '%s' "$job" | jq -c --arg code "$code" --arg status "$status" '{big_table_uid, refresh_attempt_uid,
       type: "failure", message: ("GET " + .input_url + ": HTTP " + $code + ", curl exit " + $status)}')
   fi
-  redis-cli -u "$redis_url" RPUSH "$output" "$result" >/dev/null
+  redis RPUSH "$output" "$result" >/dev/null
+  say "$(printf '%s' "$result" | jq -r '[.type, .message // empty] | join(" ")')"
 done
