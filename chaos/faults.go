@@ -83,14 +83,14 @@ func (r *run) networkFaults(stop <-chan struct{}) {
 	}
 }
 
-// processFaults pauses pollers with SIGSTOP and starts pollers with a live
-// poller's id, until stop closes.
+// processFaults starts pollers with a live poller's id and pauses pollers
+// with SIGSTOP, in turn, until stop closes.
 func (r *run) processFaults(ctx context.Context, stop <-chan struct{}) {
-	for !wait(stop, r.between(500*time.Millisecond, 1500*time.Millisecond)) {
-		if r.float() < 0.5 {
-			r.pausePoller(ctx)
-		} else {
+	for i := 0; !wait(stop, r.between(500*time.Millisecond, 1500*time.Millisecond)); i++ {
+		if i%2 == 0 {
 			r.duplicatePoller(ctx)
+		} else {
+			r.pausePoller(ctx)
 		}
 	}
 }
