@@ -7,15 +7,15 @@ BIN := bin/bigtables
 # can report its own deadline as a failure (golang/go#75804, fixed in 1.27).
 FUZZTIME ?= 500000x
 
-.PHONY: help chaos chaos-short example-deps build test check unit bench-smoke bench bench-short fuzz services run migrate docker-up docker-down clean
+.PHONY: help chaos chaos-short failover redis-cluster redis-cluster-stop redis-sentinel redis-sentinel-stop example-deps build test check unit bench-smoke bench bench-short fuzz services run demo-reset migrate docker-up docker-down docker-config clean
 
 help: ## list the targets
-	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-19s %s\n", $$1, $$2}'
 
 build: ## build bin/bigtables
 	$(GO) build -o $(BIN) ./cmd/bigtables
 
-test: services example-deps check unit bench-smoke ## everything CI checks: formatting, vet, race tests on real PostgreSQL and Redis, benchmarks once
+test: services example-deps docker-config check bench-smoke unit ## everything CI checks: formatting, vet, docker-compose.yml, race tests on real PostgreSQL and Redis, benchmarks once
 
 check: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -23,8 +23,9 @@ check: ## gofmt and go vet
 	$(GO) vet ./...
 	$(GO) mod tidy -diff
 
-unit: ## unit, integration and end-to-end tests with the race detector
-	$(GO) test -race -count=1 ./...
+unit: ## unit, integration and end-to-end tests with the race detector; failures in full, skips listed with their reason, a summary last
+	@echo "$(GO) test -race -count=1 -json ./... | $(GO) run ./internal/testsummary"
+	@set -o pipefail; $(GO) test -race -count=1 -json ./... | $(GO) run ./internal/testsummary
 
 bench-smoke: ## compile and run every benchmark once, so none rots
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
@@ -41,6 +42,22 @@ chaos: build services ## the long fault run: 3,000 records, 2 minutes of kills, 
 chaos-short: build services ## the fault run's short form, as CI runs it
 	$(BIN) chaos --records 300 --faults 20s $(CHAOSFLAGS)
 
+failover: build services ## the failover run: kill the Sentinel-managed Redis master under load, twice, then once after cutting its replica off
+	$(BIN) failover --kills 2 $(FAILOVERFLAGS)
+	$(BIN) failover --kills 1 --lag 500ms $(FAILOVERFLAGS)
+
+redis-cluster: ## start a private Redis Cluster (3 masters, 3 replicas) on ports 7101-7106; prints its REDIS_URL
+	@scripts/redis-cluster.sh start
+
+redis-cluster-stop: ## stop it
+	@scripts/redis-cluster.sh stop
+
+redis-sentinel: ## start a private master, replica and 3 Sentinels on ports 7111-7115; prints its REDIS_URL
+	@scripts/redis-sentinel.sh start
+
+redis-sentinel-stop: ## stop them
+	@scripts/redis-sentinel.sh stop
+
 fuzz: ## fuzz the decoders and parsers, FUZZTIME each (default 500000x executions)
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeResult$$' -fuzztime $(FUZZTIME) ./protocol
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeJob$$' -fuzztime $(FUZZTIME) ./protocol
@@ -54,17 +71,23 @@ services: ## start PostgreSQL and Redis unless they already answer
 example-deps: ## install what the example workers need (Python redis, jq, redis-cli, curl, npm packages) where missing
 	@scripts/example-deps.sh
 
-run: ## the demo: services, migrate, demo records, scheduler + poller + worker (Ctrl-C stops)
+run: ## the demo, in database bigtables_demo and Redis lists bigtables-demo-*: four records, scheduler + poller + worker (Ctrl-C stops)
 	@scripts/demo.sh
+
+demo-reset: ## drop the demo's database (bigtables_demo) and its Redis keys (bigtables-demo-*)
+	@scripts/demo.sh reset
 
 migrate: build ## apply database migrations (DATABASE_URL)
 	$(BIN) migrate
 
-docker-up: ## the whole system in Docker: Redis, PostgreSQL, migrate, scheduler, poller, worker
-	docker compose up --build -d
+docker-up: ## the whole system in Docker: Redis, PostgreSQL, migrate, scheduler, poller, worker (one image, built once)
+	scripts/compose.sh up --build -d
 
-docker-down: ## stop the Docker system
-	docker compose down
+docker-down: ## stop the Docker system (its volumes stay; `scripts/compose.sh down -v` removes them)
+	scripts/compose.sh down
+
+docker-config: ## validate docker-compose.yml with Compose (installs Debian's docker-compose if no Compose exists)
+	COMPOSE_INSTALL=1 scripts/compose.sh config -q && echo "docker-compose.yml: valid"
 
 clean: ## remove build output
 	rm -rf bin

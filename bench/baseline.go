@@ -13,9 +13,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// baseline runs the same N records through the seed's design, row at a time
-// (seeds/000: cronjob_refresh and poll), implemented here only, and returns
-// cycles per second. It keeps no attempt history, so the comparison leans in
+// baseline runs the same N records through the original BigTable refresh
+// design, row at a time (a cron job that starts one due row at a time, and a
+// poll that applies results one update each), implemented here only, and
+// returns cycles per second. It keeps no attempt history, so the comparison leans in
 // its favour.
 func (e *env) baseline(ctx context.Context) (float64, error) {
 	if err := e.reset(ctx); err != nil {
@@ -32,7 +33,7 @@ func (e *env) baseline(ctx context.Context) (float64, error) {
 	errc := make(chan error, 2)
 	start := time.Now()
 
-	// The seed's cronjob_refresh: select the first due row, start it, push
+	// The original cron job: select the first due row, start it, push
 	// its job, save the row.
 	wg.Go(func() {
 		for runCtx.Err() == nil {
@@ -56,9 +57,9 @@ func (e *env) baseline(ctx context.Context) (float64, error) {
 				errc <- err
 				return
 			}
-			// Save, then push: the seed pushes first, which loses a fast
-			// worker's answer (DESIGN.md rule 2); the issue's baseline is
-			// "select one due row, update it, push".
+			// Save, then push: the original pushes first, which loses a
+			// fast worker's answer (docs/design.md, C2); the baseline
+			// measured is "select one due row, update it, push".
 			_, err = e.db.ExecContext(runCtx, `UPDATE bigtables SET attempt_uid = $2, attempt_no = attempt_no + 1,
 				started_at = $3, deadline_at = $4, refresh_at = NULL WHERE uid = $1`, uid, st.AttemptUID, now, st.DeadlineAt)
 			if err == nil {
@@ -71,7 +72,7 @@ func (e *env) baseline(ctx context.Context) (float64, error) {
 			}
 		}
 	})
-	// The seed's poll: MULTI LRANGE 0 99 / LTRIM 100 -1, load the rows, one
+	// The original poll: MULTI LRANGE 0 99 / LTRIM 100 -1, load the rows, one
 	// update per result whose attempt is current.
 	wg.Go(func() {
 		for runCtx.Err() == nil {
@@ -112,7 +113,7 @@ func (e *env) baseline(ctx context.Context) (float64, error) {
 		}
 	})
 	ws := e.workers(runCtx, e.cfg.Workers, nil)
-	err := e.waitCycles(ctx, e.cfg.Records, "seed design", start, func(context.Context) (int, error) {
+	err := e.waitCycles(ctx, e.cfg.Records, "baseline design", start, func(context.Context) (int, error) {
 		select {
 		case err := <-errc:
 			return 0, err

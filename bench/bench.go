@@ -1,6 +1,6 @@
 // Package bench measures bigtables on the machine it runs on, against local
 // PostgreSQL and Redis, as ratios taken in the same run: the real scheduler
-// and poller end to end against the seed's row-at-a-time design, each loop
+// and poller end to end against the original row-at-a-time design, each loop
 // alone, latencies, how a tick's cost scales with the rows stored, and the
 // poller's memory while it drains a backlog. It creates its own database
 // and Redis keys and removes them afterwards.
@@ -120,6 +120,8 @@ type env struct {
 	names queue.Names
 	dbURL string
 	log   *slog.Logger
+	// progress reports to cfg.Progress.
+	progress *progress
 }
 
 // Run runs every measurement and returns the figures.
@@ -142,7 +144,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			res.CyclesPerSec = r
 			return err
 		}},
-		{"baseline", "end to end, the seed's row-at-a-time design", func() error {
+		{"baseline", "end to end, the original row-at-a-time design", func() error {
 			r, err := e.baseline(ctx)
 			res.BaselineCyclesPerSec = r
 			return err
@@ -186,13 +188,13 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		if len(cfg.Only) > 0 && !slices.Contains(cfg.Only, s.id) {
 			continue
 		}
-		fmt.Fprintf(cfg.Progress, "\r\033[K[%d/%d] %s...", i+1, len(steps), s.name)
+		e.progress.step("[%d/%d] %s...", i+1, len(steps), s.name)
 		if err := s.run(); err != nil {
-			fmt.Fprintln(cfg.Progress)
+			e.progress.end("[%d/%d] %s: failed", i+1, len(steps), s.name)
 			return res, fmt.Errorf("bench %s: %w", s.name, err)
 		}
 	}
-	fmt.Fprintf(cfg.Progress, "\r\033[Kdone\n")
+	e.progress.end("done")
 	if res.BaselineCyclesPerSec > 0 {
 		res.SpeedupVsBaseline = res.CyclesPerSec / res.BaselineCyclesPerSec
 	}
@@ -214,7 +216,7 @@ func setup(ctx context.Context, cfg Config) (*env, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	e := &env{cfg: cfg, dbURL: dbURL, log: slog.New(slog.DiscardHandler)}
+	e := &env{cfg: cfg, dbURL: dbURL, log: slog.New(slog.DiscardHandler), progress: newProgress(cfg.Progress)}
 	var cleanups []func()
 	cleanup := func() {
 		for i := len(cleanups) - 1; i >= 0; i-- {
@@ -321,7 +323,7 @@ func (e *env) workers(ctx context.Context, n int, onJob func(protocol.Job)) *syn
 }
 
 // waitApplied waits until the pollers have committed want results, reporting
-// progress. It counts in process, as the seed baseline does: polling the
+// progress. It counts in process, as the baseline does: polling the
 // database would load the machine being measured. checkApplied then confirms
 // the count from the history, after the clock has stopped.
 func (e *env) waitApplied(ctx context.Context, pollers []*poller.Poller, want int, label string, start time.Time) error {
@@ -362,7 +364,7 @@ func (e *env) waitCycles(ctx context.Context, want int, label string, start time
 		}
 		if n >= want || time.Since(reported) >= 100*time.Millisecond {
 			el := time.Since(start).Seconds()
-			fmt.Fprintf(e.cfg.Progress, "\r\033[K  %s: %d/%d cycles, %.0f/s", label, n, want, float64(n)/max(el, 1e-9))
+			e.progress.update("  %s: %d/%d cycles, %.0f/s", label, n, want, float64(n)/max(el, 1e-9))
 			reported = time.Now()
 		}
 		if n >= want {
@@ -450,7 +452,7 @@ func (e *env) alone(ctx context.Context) (startsPerSec, appliesPerSec float64, e
 			return 0, 0, fmt.Errorf("scheduler stalled at %d of %d", started, e.cfg.Records)
 		}
 		started += r.Started
-		fmt.Fprintf(e.cfg.Progress, "\r\033[K  scheduler alone: %d/%d started", started, e.cfg.Records)
+		e.progress.update("  scheduler alone: %d/%d started", started, e.cfg.Records)
 	}
 	startsPerSec = float64(started) / time.Since(start).Seconds()
 
@@ -484,7 +486,7 @@ func (e *env) alone(ctx context.Context) (startsPerSec, appliesPerSec float64, e
 			break
 		}
 		applied += n
-		fmt.Fprintf(e.cfg.Progress, "\r\033[K  poller alone: %d/%d applied", applied, e.cfg.Records)
+		e.progress.update("  poller alone: %d/%d applied", applied, e.cfg.Records)
 	}
 	appliesPerSec = float64(p.Stats().Applied) / time.Since(start).Seconds()
 	if p.Stats().Applied != int64(e.cfg.Records) {
@@ -606,9 +608,9 @@ func (e *env) scale(ctx context.Context) (small, large float64, err error) {
 				best = d
 			}
 			if round == 0 {
-				fmt.Fprintf(e.cfg.Progress, "\r\033[K  tick with %d rows stored: warming up", stored)
+				e.progress.update("  tick with %d rows stored: warming up", stored)
 			} else {
-				fmt.Fprintf(e.cfg.Progress, "\r\033[K  tick with %d rows stored: best %.1f ms", stored, float64(best.Microseconds())/1000)
+				e.progress.update("  tick with %d rows stored: best %.1f ms", stored, float64(best.Microseconds())/1000)
 			}
 		}
 		return float64(best.Microseconds()) / 1000, nil
@@ -653,7 +655,7 @@ func (e *env) pollerRSS(ctx context.Context) (small, large float64, err error) {
 			if err := e.rdb.RPush(ctx, e.names.Output, batch...).Err(); err != nil {
 				return 0, err
 			}
-			fmt.Fprintf(e.cfg.Progress, "\r\033[K  filling a backlog: %d/%d", sent, backlog)
+			e.progress.update("  filling a backlog: %d/%d", sent, backlog)
 		}
 		cmd := exec.CommandContext(ctx, bin, "poller", "--batch", strconv.Itoa(e.cfg.PollerBatch), "--log-level", "error")
 		cmd.Env = append(os.Environ(), "DATABASE_URL="+e.dbURL, "REDIS_URL="+e.cfg.RedisURL,
@@ -684,7 +686,7 @@ func (e *env) pollerRSS(ctx context.Context) (small, large float64, err error) {
 				cmd.Wait()
 				return 0, err
 			}
-			fmt.Fprintf(e.cfg.Progress, "\r\033[K  poller draining %d: %d left, peak RSS %.1f MiB", backlog, n, float64(peak.Load())/1024)
+			e.progress.update("  poller draining %d: %d left, peak RSS %.1f MiB", backlog, n, float64(peak.Load())/1024)
 			if n == 0 {
 				break
 			}

@@ -1,6 +1,12 @@
 package cli
 
-import "testing"
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/bigtables/bigtables/bench"
+)
 
 func TestThousands(t *testing.T) {
 	for n, want := range map[int]string{0: "0", 999: "999", 1000: "1,000", 50000: "50,000", 100000: "100,000",
@@ -8,5 +14,24 @@ func TestThousands(t *testing.T) {
 		if got := thousands(n); got != want {
 			t.Errorf("thousands(%d) = %q; want %q", n, got, want)
 		}
+	}
+}
+
+// A missed target is printed; with --check it is also an error (exit 1).
+func TestCheckTargets(t *testing.T) {
+	slow := bench.Result{SpeedupVsBaseline: 12}
+	for _, check := range []bool{false, true} {
+		var stderr bytes.Buffer
+		err := checkTargets(env{stderr: &stderr}, slow, check)
+		if (err != nil) != check {
+			t.Errorf("check %v: err %v", check, err)
+		}
+		if !strings.Contains(stderr.String(), "target missed: speed-up over the row-at-a-time design 12.0x; target >= 20x") {
+			t.Errorf("check %v: stderr %q", check, stderr.String())
+		}
+	}
+	var stderr bytes.Buffer
+	if err := checkTargets(env{stderr: &stderr}, bench.Result{SpeedupVsBaseline: 30}, true); err != nil || stderr.Len() > 0 {
+		t.Errorf("all met: err %v, stderr %q", err, stderr.String())
 	}
 }

@@ -9,10 +9,6 @@ import (
 	"github.com/bigtables/bigtables/chaos"
 )
 
-func init() {
-	commands["chaos"] = command{"the fault run: kill, pause and duplicate processes, lose Redis replies, restart Redis, misbehave, then check invariants", runChaos}
-}
-
 func runChaos(ctx context.Context, e env, args []string) error {
 	var cfg Config
 	var cc chaos.Config
@@ -31,8 +27,7 @@ func runChaos(ctx context.Context, e env, args []string) error {
 	if cc.Records < 10 || cc.Faults < 5*time.Second || cc.Schedulers < 1 || cc.Pollers < 1 || cc.Workers < 1 {
 		return usagef("--records at least 10, --faults at least 5s, at least one scheduler, poller and worker")
 	}
-	tuneGC(e)
-	if _, err := cfg.logger(e); err != nil { // also quiets the Redis client's own log
+	if _, err := cfg.startProcess(e); err != nil { // also quiets the Redis client's own log
 		return err
 	}
 	cc.AdminURL, cc.Progress = cfg.DatabaseURL, e.stderr

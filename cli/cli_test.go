@@ -4,16 +4,25 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"log/slog"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/bigtables/bigtables/internal/testsvc"
+	"github.com/bigtables/bigtables/internal/wait"
+	"github.com/redis/go-redis/v9"
 )
 
 type runner struct {
 	t   *testing.T
 	env map[string]string
+	// processWide counts the calls of env.process: what a long-running
+	// command sets for the whole process (never touched in tests).
+	processWide int
 }
 
 func newRunner(t *testing.T) *runner {
@@ -26,7 +35,10 @@ func newRunner(t *testing.T) *runner {
 
 func (r *runner) run(args ...string) (stdout, stderr string, code int) {
 	var out, errOut bytes.Buffer
-	code = Main(context.Background(), args, strings.NewReader(""), &out, &errOut, func(k string) string { return r.env[k] })
+	e := env{getenv: func(k string) string { return r.env[k] }, stdout: &out, stderr: &errOut, stdin: strings.NewReader(""),
+		backoff: wait.Backoff{Sleep: func(context.Context, time.Duration) error { return errors.New("no waiting in this test") }},
+		process: func(env, *slog.Logger) { r.processWide++ }}
+	code = run(context.Background(), e, args)
 	return out.String(), errOut.String(), code
 }
 
@@ -56,7 +68,7 @@ func TestBadInputIsRefusedAndNothingWritten(t *testing.T) {
 		{[]string{"show"}, "expected 1 argument(s), got 0"},
 		{[]string{"scheduler", "--batch", "0"}, "--batch from 1 to 100000"},
 		{[]string{"poller", "--batch", "100000"}, "--batch 100000: expected 1 to 5000"},
-		{[]string{"worker", "--log-level", "loud"}, `log level "loud"`},
+		{[]string{"worker", "--log-level", "loud"}, `--log-level "loud": expected debug, info, warn or error`},
 	}
 	for _, tt := range tests {
 		_, stderr, code := r.run(tt.args...)
@@ -174,4 +186,13 @@ func TestDefaultPolicyFromConfiguration(t *testing.T) {
 	if _, stderr, code := r.run("add", "--uid", "d2", "--input-url", "https://example.com/a"); code != 2 || !strings.Contains(stderr, "BIGTABLES_DEFAULT_POLICY") {
 		t.Errorf("bad default policy: %d %q", code, stderr)
 	}
+}
+
+func TestMain(m *testing.M) {
+	// The long-running commands route go-redis' own log lines through their
+	// logger, process-wide, in a real run; the tests' runner does not, so
+	// the library's lines (dial failures against closed ports) are dropped
+	// here once.
+	redis.SetLogger(redisLogger{slog.New(slog.DiscardHandler)})
+	os.Exit(m.Run())
 }

@@ -14,11 +14,6 @@ import (
 	"github.com/bigtables/bigtables/store"
 )
 
-func init() {
-	commands["plan"] = command{"simulate a policy on a clock and print every attempt", runPlan}
-	commands["explain"] = command{"print a record's or a policy's rules as sentences", runExplain}
-}
-
 // rulesFromFlags builds the definition and policy the flags describe, with
 // schedules lacking DTSTART starting at start.
 func rulesFromFlags(e env, d *defFlags, set map[string]bool, start time.Time) (store.Definition, refresh.Rules, error) {
@@ -118,38 +113,69 @@ func runPlan(ctx context.Context, e env, args []string) error {
 func finalState(s refresh.State, loc *time.Location) string {
 	switch {
 	case s.Disabled:
-		return fmt.Sprintf("disabled (%q), attempt_no %d", s.DisabledReason, s.AttemptNo)
+		return fmt.Sprintf("%s (%q), attempt_no %d", s.Phase(), s.DisabledReason, s.AttemptNo)
 	case s.RefreshAt.IsZero():
-		return fmt.Sprintf("idle, attempt_no %d", s.AttemptNo)
+		return fmt.Sprintf("%s, attempt_no %d", s.Phase(), s.AttemptNo)
 	}
-	return fmt.Sprintf("refresh_at %s, attempt_no %d", s.RefreshAt.In(loc).Format(time.RFC3339), s.AttemptNo)
+	return fmt.Sprintf("%s, refresh_at %s, attempt_no %d", s.Phase(), s.RefreshAt.In(loc).Format(time.RFC3339), s.AttemptNo)
 }
 
-func planJSON(p refresh.Plan, loc *time.Location) map[string]any {
-	attempts := make([]map[string]any, 0, len(p.Attempts))
-	at := func(t time.Time) any {
+// planView is plan --format json.
+type planView struct {
+	Attempts []plannedAttempt `json:"attempts"`
+	Final    finalView        `json:"final"`
+	Stopped  string           `json:"stopped"`
+}
+
+// plannedAttempt is one attempt of a plan; times are RFC 3339 in the
+// plan's zone, null when there is none.
+type plannedAttempt struct {
+	AttemptNo int     `json:"attempt_no"`
+	Start     *string `json:"start"`
+	Deadline  *string `json:"deadline"`
+	Outcome   string  `json:"outcome"`
+	End       *string `json:"end"`
+	RefreshAt *string `json:"refresh_at"`
+	Why       string  `json:"why"`
+	Disabled  bool    `json:"disabled"`
+	// Decision and Delay are the retry decision after a failure.
+	Decision string `json:"decision,omitempty"`
+	Delay    string `json:"delay,omitempty"`
+}
+
+// finalView is the record's state after the last attempt of a plan.
+type finalView struct {
+	Phase          refresh.Phase `json:"phase"`
+	RefreshAt      *string       `json:"refresh_at"`
+	AttemptNo      int           `json:"attempt_no"`
+	Disabled       bool          `json:"disabled_until_update"`
+	DisabledReason *string       `json:"disabled_reason"`
+}
+
+func planJSON(p refresh.Plan, loc *time.Location) planView {
+	at := func(t time.Time) *string {
 		if t.IsZero() {
 			return nil
 		}
-		return t.In(loc).Format(time.RFC3339)
+		s := t.In(loc).Format(time.RFC3339)
+		return &s
 	}
+	v := planView{Attempts: make([]plannedAttempt, 0, len(p.Attempts)), Stopped: p.Stopped, Final: finalView{
+		Phase: p.Final.Phase(), RefreshAt: at(p.Final.RefreshAt), AttemptNo: p.Final.AttemptNo,
+		Disabled: p.Final.Disabled, DisabledReason: jsonText(p.Final.DisabledReason, p.Final.Disabled)}}
 	for _, a := range p.Attempts {
-		m := map[string]any{
-			"attempt_no": a.No, "start": at(a.Start), "deadline": at(a.Deadline), "outcome": a.Outcome,
-			"end": at(a.End), "refresh_at": at(a.RefreshAt), "why": a.Why, "disabled": a.Disabled,
-		}
+		pa := plannedAttempt{AttemptNo: a.No, Start: at(a.Start), Deadline: at(a.Deadline), Outcome: a.Outcome,
+			End: at(a.End), RefreshAt: at(a.RefreshAt), Why: a.Why, Disabled: a.Disabled}
 		if a.Step.Decision != "" {
-			m["decision"] = a.Step.Decision
-			m["delay"] = refresh.FormatDuration(a.Step.Delay)
+			pa.Decision, pa.Delay = string(a.Step.Decision), refresh.FormatDuration(a.Step.Delay)
 		}
-		attempts = append(attempts, m)
+		v.Attempts = append(v.Attempts, pa)
 	}
-	final := map[string]any{"refresh_at": at(p.Final.RefreshAt), "attempt_no": p.Final.AttemptNo,
-		"disabled_until_update": p.Final.Disabled, "disabled_reason": jsonText(p.Final.DisabledReason, p.Final.Disabled)}
-	return map[string]any{"attempts": attempts, "final": final, "stopped": p.Stopped}
+	return v
 }
 
-// writeMermaid prints a Gantt chart like the seed's.
+// writeMermaid prints the plan as a Mermaid Gantt chart: a milestone at each
+// start and end, a bar per attempt.
 func writeMermaid(e env, p refresh.Plan, loc *time.Location) {
 	w := e.stdout
 	ts := func(t time.Time) string { return t.In(loc).Format("2006-01-02T15:04:05") }

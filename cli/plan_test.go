@@ -34,7 +34,7 @@ func rows(out string) []string {
 	return got
 }
 
-// Timelines worked out by hand from the seeds.
+// Timelines worked out by hand from the original design's examples (docs/design.md, "Transitions").
 func TestPlanSeedTimelines(t *testing.T) {
 	tests := []struct {
 		name string
@@ -42,20 +42,20 @@ func TestPlanSeedTimelines(t *testing.T) {
 		want []string
 		end  string
 	}{
-		{"twice a day, every attempt fails (seed 000)",
+		{"twice a day, every attempt fails (default policy)",
 			[]string{"--schedule", "DTSTART:20240304T060000Z\nRRULE:FREQ=DAILY;BYHOUR=6,16", "--start", "2024-03-04T06:00:00Z", "--fail-all"},
 			[]string{"06:00:00 failure 06:01:00 | retry after 0s", "06:01:00 failure 06:03:00 | retry after 1m",
 				"06:03:00 failure 06:09:00 | retry after 5m", "06:09:00 failure 06:25:00 | retry after 15m",
 				"06:25:00 failure 06:56:00 | retry after 30m", "06:56:00 failure 07:57:00 | retry after 1h",
 				"07:57:00 failure - | retries exhausted: disabled"},
 			`final state: disabled ("Cannot refresh BigTable after 7 attempt(s)"), attempt_no 7`},
-		{"timeout 10h: the 16:00 run is attempt 2 (DESIGN worked example)",
+		{"timeout 10h: the 16:00 run is attempt 2 (docs/design.md worked example)",
 			[]string{"--schedule", "DTSTART:20240304T060000Z\nRRULE:FREQ=DAILY;BYHOUR=6,16", "--start", "2024-03-04T06:00:00Z",
 				"--timeout", "10h", "--outcomes", "failure:10m,success"},
 			[]string{"06:00:00 failure 16:00:00 | aligned: the retry (after 0s) would still run at the planned refresh at 2024-03-04 16:00:00",
 				"16:00:00 success 06:00:00 | success: next planned refresh"},
-			"final state: refresh_at 2024-03-05T06:00:00Z, attempt_no 0"},
-		{"2 PM with a 2h timeout: the 1:30 PM retry moves to 2 PM (seed edge case)",
+			"final state: waiting, refresh_at 2024-03-05T06:00:00Z, attempt_no 0"},
+		{"2 PM with a 2h timeout: the 1:30 PM retry moves to 2 PM (aligned)",
 			[]string{"--schedule", "DTSTART:20240304T140000Z\nRRULE:FREQ=DAILY", "--start", "2024-03-04T12:30:00Z",
 				"--timeout", "2h", "--retries", "30m", "--outcomes", "failure:30m"},
 			[]string{"12:30:00 failure 14:00:00 | aligned: the retry (after 30m) would still run at the planned refresh at 2024-03-04 14:00:00"},
@@ -64,19 +64,19 @@ func TestPlanSeedTimelines(t *testing.T) {
 			[]string{"--schedule", "DTSTART:20240304T140000Z\nRRULE:FREQ=DAILY", "--start", "2024-03-04T12:30:00Z",
 				"--timeout", "2h", "--retries", "30m", "--align=false", "--outcomes", "failure:30m"},
 			[]string{"12:30:00 failure 13:30:00 | retry after 30m"}, "attempt_no 1"},
-		{"every 30 min, 1h timeout, a 10 min refresh: next at 08:30 (seed)",
+		{"every 30 min, 1h timeout, a 10 min refresh: next at 08:30",
 			[]string{"--schedule", "DTSTART:20240304T000000Z\nRRULE:FREQ=MINUTELY;INTERVAL=30", "--start", "2024-03-04T08:00:00Z",
 				"--outcomes", "success:10m,timeout"},
 			[]string{"08:00:00 success 08:30:00 | success: next planned refresh",
 				"08:30:00 timeout 10:00:00 | aligned: the retry (after 0s) would still run at the planned refresh at 2024-03-04 10:00:00"},
 			"attempt_no 1"},
-		{"thumbnail: one-off, 1 minute, three retries (seed)",
+		{"thumbnail: one-off, 1 minute, three retries",
 			[]string{"--expr", "Allow 1 minute to complete\nOn the first failure, retry immediately\nOn the second failure, retry after 1 minute\nOn the third failure, retry after 5 minutes\nOn the fourth failure, mark the banner with \"thumbnail creation failed\"",
 				"--start", "2024-03-04T10:00:00Z", "--fail-all", "--run", "10s"},
 			[]string{"10:00:00 failure 10:00:10 | retry after 0s (no planned refresh)", "10:00:10 failure 10:01:20 | retry after 1m (no planned refresh)",
 				"10:01:20 failure 10:06:30 | retry after 5m (no planned refresh)", "10:06:30 failure - | retries exhausted: disabled"},
 			"Cannot refresh BigTable after 4 attempt(s)"},
-		{"exponential 5s x2 cap 300s (seed 002)",
+		{"exponential 5s x2 cap 300s",
 			[]string{"--strategy", "exponential initial=5s max=300s max_attempts=4", "--start", "2024-03-04T10:00:00Z", "--fail-all", "--run", "1s", "--timeout", "10s"},
 			[]string{"10:00:00 failure 10:00:06 | retry after 5s (no planned refresh)", "10:00:06 failure 10:00:17 | retry after 10s (no planned refresh)",
 				"10:00:17 failure 10:00:38 | retry after 20s (no planned refresh)", "10:00:38 failure - | retries exhausted: disabled"},

@@ -29,13 +29,12 @@ func runScheduler(ctx context.Context, e env, args []string) error {
 	if sc.Interval <= 0 || sc.Batch <= 0 || sc.Batch > 100_000 {
 		return usagef("--interval must be positive and --batch from 1 to 100000")
 	}
-	tuneGC(e)
-	log, err := cfg.logger(e)
+	log, err := cfg.startProcess(e)
 	if err != nil {
 		return err
 	}
 	sc.Logger = log
-	return cfg.withBoth(ctx, func(st *store.Store, q *queue.Queue) error {
+	return cfg.runProcess(ctx, e, log, true, func(st *store.Store, q *queue.Queue) error {
 		return scheduler.New(st, q, sc).Run(ctx)
 	})
 }
@@ -60,13 +59,12 @@ func runPoller(ctx context.Context, e env, args []string) error {
 	if pc.MaxResultBytes < 1024 {
 		return usagef("--max-result-bytes %d: expected at least 1024", pc.MaxResultBytes)
 	}
-	tuneGC(e)
-	log, err := cfg.logger(e)
+	log, err := cfg.startProcess(e)
 	if err != nil {
 		return err
 	}
 	pc.Logger = log
-	return cfg.withBoth(ctx, func(st *store.Store, q *queue.Queue) error {
+	return cfg.runProcess(ctx, e, log, true, func(st *store.Store, q *queue.Queue) error {
 		return poller.New(st, q, pc).Run(ctx)
 	})
 }
@@ -89,8 +87,7 @@ func runWorker(ctx context.Context, e env, args []string) error {
 	if grace < 0 {
 		return usagef("--shutdown-grace %v: expected 0 (no limit) or more", grace)
 	}
-	tuneGC(e)
-	log, err := cfg.logger(e)
+	log, err := cfg.startProcess(e)
 	if err != nil {
 		return err
 	}
@@ -100,7 +97,7 @@ func runWorker(ctx context.Context, e env, args []string) error {
 	}
 	abort, stopAbort := abortOnSecondSignal(log)
 	defer stopAbort()
-	return cfg.withQueue(ctx, func(q *queue.Queue) error {
+	return cfg.runProcess(ctx, e, log, false, func(_ *store.Store, q *queue.Queue) error {
 		return worker.Run(ctx, worker.Options{Queue: q, Concurrency: concurrency, ShutdownGrace: grace, Abort: abort, Logger: log}, h)
 	})
 }

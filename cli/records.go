@@ -338,7 +338,7 @@ func runList(ctx context.Context, e env, args []string) error {
 		return err
 	}
 	if asJSON {
-		out := make([]map[string]any, 0, len(rows))
+		out := make([]recordView, 0, len(rows))
 		for _, r := range rows {
 			out = append(out, recordJSON(r, nil))
 		}
@@ -347,20 +347,11 @@ func runList(ctx context.Context, e env, args []string) error {
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "UID\tSTATE\tATTEMPT\tREFRESH_AT\tINPUT_URL\tREASON")
 	for _, r := range rows {
-		state := "waiting"
-		switch {
-		case r.Disabled:
-			state = "disabled"
-		case r.Running():
-			state = "running"
-		case r.RefreshAt.IsZero():
-			state = "idle"
-		}
 		at := "-"
 		if !r.RefreshAt.IsZero() {
 			at = r.RefreshAt.Format(time.RFC3339)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", r.UID, state, r.AttemptNo, at, r.InputURL, r.DisabledReason)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", r.UID, r.Phase(), r.AttemptNo, at, r.InputURL, r.DisabledReason)
 	}
 	return tw.Flush()
 }
@@ -368,50 +359,85 @@ func runList(ctx context.Context, e env, args []string) error {
 // timeLayout is RFC 3339 with microseconds, PostgreSQL's precision.
 const timeLayout = "2006-01-02T15:04:05.000000Z07:00"
 
-func jsonTime(t time.Time) any {
+// jsonTime is a time as show prints it: nil (null) for a zero time (NULL).
+func jsonTime(t time.Time) *string {
 	if t.IsZero() {
 		return nil
 	}
-	return t.UTC().Format(timeLayout)
+	s := t.UTC().Format(timeLayout)
+	return &s
 }
 
-func jsonText(s string, present bool) any {
+// jsonText is a text column as show prints it: nil (null) when absent.
+func jsonText(s string, present bool) *string {
 	if !present {
 		return nil
 	}
-	return s
+	return &s
 }
 
-// recordJSON renders a row with the column names of DESIGN.md; NULLs are null.
-func recordJSON(r store.Row, history []store.Attempt) map[string]any {
-	m := map[string]any{
-		"uid":                   r.UID,
-		"input_url":             r.InputURL,
-		"schedule":              r.Schedule,
-		"policy":                json.RawMessage(r.Policy),
-		"refresh_at":            jsonTime(r.RefreshAt),
-		"attempt_uid":           jsonText(r.AttemptUID, r.AttemptUID != ""),
-		"attempt_no":            r.AttemptNo,
-		"started_at":            jsonTime(r.StartedAt),
-		"deadline_at":           jsonTime(r.DeadlineAt),
-		"failing_since":         jsonTime(r.FailingSince),
-		"disabled_until_update": r.Disabled,
-		"disabled_reason":       jsonText(r.DisabledReason, r.Disabled),
-		"status_message":        jsonText(r.StatusMessage, r.StatusMessage != ""),
-		"created_at":            jsonTime(r.CreatedAt),
-		"updated_at":            jsonTime(r.UpdatedAt),
+// recordView is a record as add, update, show and list --json print it:
+// the table's columns, in the table's order, with their names; NULLs are
+// null.
+type recordView struct {
+	UID            string          `json:"uid"`
+	InputURL       string          `json:"input_url"`
+	Schedule       string          `json:"schedule"`
+	Policy         json.RawMessage `json:"policy"`
+	RefreshAt      *string         `json:"refresh_at"`
+	AttemptUID     *string         `json:"attempt_uid"`
+	AttemptNo      int             `json:"attempt_no"`
+	StartedAt      *string         `json:"started_at"`
+	DeadlineAt     *string         `json:"deadline_at"`
+	FailingSince   *string         `json:"failing_since"`
+	Disabled       bool            `json:"disabled_until_update"`
+	DisabledReason *string         `json:"disabled_reason"`
+	StatusMessage  *string         `json:"status_message"`
+	CreatedAt      *string         `json:"created_at"`
+	UpdatedAt      *string         `json:"updated_at"`
+	// History is there only when asked for (show --history), [] if empty.
+	History *[]attemptView `json:"history,omitempty"`
+}
+
+// attemptView is one finished attempt of show --history.
+type attemptView struct {
+	AttemptUID string        `json:"attempt_uid"`
+	AttemptNo  int           `json:"attempt_no"`
+	StartedAt  *string       `json:"started_at"`
+	FinishedAt *string       `json:"finished_at"`
+	Outcome    store.Outcome `json:"outcome"`
+	Message    string        `json:"message"`
+	Decision   string        `json:"decision"`
+}
+
+// recordJSON renders a row, with its history when history is not nil.
+func recordJSON(r store.Row, history []store.Attempt) recordView {
+	v := recordView{
+		UID:            r.UID,
+		InputURL:       r.InputURL,
+		Schedule:       r.Schedule,
+		Policy:         json.RawMessage(r.Policy),
+		RefreshAt:      jsonTime(r.RefreshAt),
+		AttemptUID:     jsonText(r.AttemptUID, r.AttemptUID != ""),
+		AttemptNo:      r.AttemptNo,
+		StartedAt:      jsonTime(r.StartedAt),
+		DeadlineAt:     jsonTime(r.DeadlineAt),
+		FailingSince:   jsonTime(r.FailingSince),
+		Disabled:       r.Disabled,
+		DisabledReason: jsonText(r.DisabledReason, r.Disabled),
+		StatusMessage:  jsonText(r.StatusMessage, r.StatusMessage != ""),
+		CreatedAt:      jsonTime(r.CreatedAt),
+		UpdatedAt:      jsonTime(r.UpdatedAt),
 	}
 	if history != nil {
-		h := make([]map[string]any, 0, len(history))
+		h := make([]attemptView, 0, len(history))
 		for _, a := range history {
-			h = append(h, map[string]any{
-				"attempt_uid": a.AttemptUID, "attempt_no": a.AttemptNo, "started_at": jsonTime(a.StartedAt),
-				"finished_at": jsonTime(a.FinishedAt), "outcome": a.Outcome, "message": a.Message, "decision": a.Decision,
-			})
+			h = append(h, attemptView{AttemptUID: a.AttemptUID, AttemptNo: a.AttemptNo, StartedAt: jsonTime(a.StartedAt),
+				FinishedAt: jsonTime(a.FinishedAt), Outcome: a.Outcome, Message: a.Message, Decision: a.Decision})
 		}
-		m["history"] = h
+		v.History = &h
 	}
-	return m
+	return v
 }
 
 func writeJSON(e env, v any) error {

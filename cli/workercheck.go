@@ -12,10 +12,6 @@ import (
 	"github.com/bigtables/bigtables/workercheck"
 )
 
-func init() {
-	commands["worker-check"] = command{"check that a worker in any language keeps the protocol", runWorkerCheck}
-}
-
 func runWorkerCheck(ctx context.Context, e env, args []string) error {
 	var cfg Config
 	var grace time.Duration

@@ -1,10 +1,13 @@
 // Package poller applies workers' results. It drains the output list in
 // atomic batches into its own processing list (which a crash cannot lose: a
-// live poller gives the list of a dead one back to the output list), applies
-// every valid result of a batch in one database transaction, and only then
-// acknowledges the batch. A result whose attempt is no longer the record's is
-// stale: counted and discarded. A result that cannot be applied (malformed,
-// oversized, unknown record) goes to the dead-letter list with its reason.
+// live poller adopts the batch of one whose lease lapsed), applies every
+// valid result of a batch in one database transaction, and only then
+// acknowledges the batch, with the token it was drained with. A result whose
+// attempt is no longer the record's, or that reached the output list after
+// the attempt's deadline (judged by Redis's time, not by when it is applied),
+// is stale: counted and discarded. A result that cannot be applied
+// (malformed, oversized, unknown record, refused by the database) goes to the
+// dead-letter list with its reason; it never holds up the others.
 package poller
 
 import (
@@ -19,6 +22,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/bigtables/bigtables/internal/wait"
 	"github.com/bigtables/bigtables/protocol"
 	"github.com/bigtables/bigtables/queue"
 	"github.com/bigtables/bigtables/refresh"
@@ -28,7 +32,8 @@ import (
 // Config tunes a Poller. Zero values take the defaults.
 type Config struct {
 	// ID names this poller's processing list; default a random id. Reusing
-	// the id of a killed poller makes it process that poller's batch first.
+	// the id of a killed poller makes it process that poller's batch first;
+	// an id held by the live lease of another process is refused.
 	ID string
 	// Batch is the most results applied in one transaction. Default 1000,
 	// at most queue.MaxBatch. A batch is held in memory: at most Batch
@@ -41,9 +46,23 @@ type Config struct {
 	// Idle is the pause when the output list is empty. Default 200ms.
 	Idle time.Duration
 	// Lease is how long this poller counts as alive after a heartbeat; a
-	// poller silent for longer has its unacknowledged results recovered by
-	// the others. Default 15s.
+	// poller silent for longer has its unacknowledged batch adopted by
+	// another. Default 15s.
 	Lease time.Duration
+	// TxTimeout bounds how long a batch's transaction may wait for a lock,
+	// run one statement, or sit idle holding its locks (a frozen process):
+	// the database then ends it, before the lease lapses. Default and
+	// maximum Lease/3.
+	TxTimeout time.Duration
+	// MaxResultWait bounds how long after an attempt's deadline a result
+	// that reached the output list in time may still be applied: one
+	// drained later is stale. The scheduler waits as long before it times
+	// out an attempt whose result may still be waiting. Default
+	// refresh.DefaultMaxResultWait (1h).
+	MaxResultWait time.Duration
+	// DeadCap caps the dead-letter list: the oldest dead letters beyond it
+	// are dropped and counted. Default 100,000; negative means no cap.
+	DeadCap int
 	// MaxBackoff caps the pause after consecutive errors. Default 30s.
 	MaxBackoff time.Duration
 	// Logger: a line per batch at Debug, a summary every minute and every
@@ -53,6 +72,9 @@ type Config struct {
 	// strategies. Default math/rand/v2's Float64.
 	Draw func() float64
 }
+
+// DefaultDeadCap is the default cap of the dead-letter list.
+const DefaultDeadCap = 100_000
 
 func (c Config) withDefaults() Config {
 	if c.ID == "" {
@@ -71,6 +93,15 @@ func (c Config) withDefaults() Config {
 	if c.Lease <= 0 {
 		c.Lease = 15 * time.Second
 	}
+	if c.TxTimeout <= 0 || c.TxTimeout > c.Lease/3 {
+		c.TxTimeout = c.Lease / 3
+	}
+	if c.MaxResultWait <= 0 {
+		c.MaxResultWait = refresh.DefaultMaxResultWait
+	}
+	if c.DeadCap == 0 {
+		c.DeadCap = DefaultDeadCap
+	}
 	if c.MaxBackoff <= 0 {
 		c.MaxBackoff = 30 * time.Second
 	}
@@ -83,13 +114,29 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Stats counts results since the poller was created. Every drained result is
-// exactly one of applied, stale or dead.
+// Stats counts what the poller did since it was created. A result is
+// counted when what it did is durable: applied and stale when their
+// transaction commits, dead when the acknowledgement that pushes the dead
+// letter succeeds. A batch replayed after a crash counts its results again
+// (as stale).
 type Stats struct {
 	Applied int64 // results that changed a record
-	Stale   int64 // results for an attempt that is not the record's (discarded)
-	Dead    int64 // results moved to the dead-letter list
-	Batches int64 // batches committed
+	// Stale counts results for an attempt that is not the record's, that
+	// reached the output list after its deadline, or progress reports older
+	// than the record's (discarded).
+	Stale int64
+	Dead  int64 // results moved to the dead-letter list
+	// HandedBack counts results handed back to the output list because
+	// another transaction held their record; they are counted again when
+	// a later batch applies them.
+	HandedBack int64
+	Batches    int64 // batches acknowledged
+	// LostAcks counts batches whose acknowledgement found another poller
+	// had adopted them (this one's lease lapsed): nothing was acknowledged,
+	// and the adopter replays them.
+	LostAcks int64
+	// DeadDropped counts old dead letters this poller dropped over the cap.
+	DeadDropped int64
 }
 
 // Poller drains and applies results.
@@ -97,202 +144,247 @@ type Poller struct {
 	store *store.Store
 	queue *queue.Queue
 	cfg   Config
+	lease queue.Lease
 	rules *refresh.RulesCache
 	log   *slog.Logger
 
-	applied, stale, dead, batches atomic.Int64
+	applied, stale, dead, handedBack, batches, lostAcks, dropped atomic.Int64
+
+	// hooks let tests stop a batch at chosen points; nil in production.
+	hooks struct {
+		inTx      func() // in the transaction, after its writes, before the commit
+		beforeAck func() error
+	}
 }
 
 // New returns a Poller.
 func New(st *store.Store, q *queue.Queue, cfg Config) *Poller {
 	cfg = cfg.withDefaults()
 	return &Poller{store: st, queue: q, cfg: cfg, rules: refresh.NewRulesCache(0),
-		log: cfg.Logger.With("poller", cfg.ID)}
+		lease: queue.Lease{ID: cfg.ID, Instance: newID(), TTL: cfg.Lease},
+		log:   cfg.Logger.With("poller", cfg.ID)}
 }
 
 // Stats returns the counters so far.
 func (p *Poller) Stats() Stats {
-	return Stats{Applied: p.applied.Load(), Stale: p.stale.Load(), Dead: p.dead.Load(), Batches: p.batches.Load()}
+	return Stats{Applied: p.applied.Load(), Stale: p.stale.Load(), Dead: p.dead.Load(), HandedBack: p.handedBack.Load(),
+		Batches: p.batches.Load(), LostAcks: p.lostAcks.Load(), DeadDropped: p.dropped.Load()}
 }
 
 // ID returns the poller's id.
 func (p *Poller) ID() string { return p.cfg.ID }
 
 // Once processes what this poller has pending from before (a failed batch,
-// or a restart with the same id), or else drains and processes one batch. It
-// returns how many results it handled; 0 means the output list was empty.
+// a restart with the same id, or a batch it adopted), or else drains and
+// processes one batch. It returns how many results it handled (applied,
+// stale or dead; not those handed back); 0 means there was nothing to do.
 func (p *Poller) Once(ctx context.Context) (int, error) {
-	raw, oversized, err := p.queue.Drain(ctx, p.cfg.ID, p.cfg.Batch, p.cfg.MaxResultBytes)
+	b, err := p.queue.Drain(ctx, p.lease, queue.DrainOptions{Max: p.cfg.Batch, MaxBytes: p.cfg.MaxResultBytes, DeadCap: p.cfg.DeadCap})
 	if err != nil {
 		return 0, err
 	}
-	if oversized > 0 {
-		p.dead.Add(int64(oversized))
-		p.log.Warn("oversized results dead-lettered", "count", oversized, "limit_bytes", p.cfg.MaxResultBytes)
+	p.countDropped(b.Dropped)
+	if b.Oversized > 0 {
+		p.dead.Add(int64(b.Oversized))
+		p.log.Warn("oversized results dead-lettered", "count", b.Oversized, "limit_bytes", p.cfg.MaxResultBytes)
 	}
-	if len(raw) == 0 {
-		return oversized, nil
+	if len(b.Results) == 0 {
+		return b.Oversized, nil
 	}
-	if err := p.process(ctx, raw); err != nil {
-		return oversized, err
+	n, err := p.process(ctx, b)
+	return b.Oversized + n, err
+}
+
+func (p *Poller) countDropped(n int64) {
+	if n > 0 {
+		p.dropped.Add(n)
+		p.log.Warn("dead-letter list over its cap: oldest dead letters dropped", "dropped", n, "cap", p.cfg.DeadCap)
 	}
-	return oversized + len(raw), nil
 }
 
 // process applies one batch and acknowledges it. On error nothing is
-// acknowledged: the batch stays in the processing list and is tried again.
-func (p *Poller) process(ctx context.Context, raw []string) error {
-	var dead []protocol.DeadLetter
-	deadLetter := func(value, reason string) {
-		dead = append(dead, protocol.DeadLetter{Reason: reason, DeadAt: time.Now().UTC(), Raw: value})
-	}
-	type item struct {
-		raw string
-		res protocol.Result
-	}
-	var valid []item
-	seen := map[string]bool{}
-	var uids []string
-	for _, v := range raw {
+// acknowledged: the batch stays in the processing list and is tried again
+// (parts already committed are then stale).
+func (p *Poller) process(ctx context.Context, b queue.Batch) (int, error) {
+	rcv := refresh.Received{After: b.After, By: b.DrainedAt, MaxWait: p.cfg.MaxResultWait}
+	var done batchPlan
+	items := make([]item, 0, len(b.Results))
+	for i, v := range b.Results {
 		r, err := protocol.DecodeResult([]byte(v), p.cfg.MaxResultBytes)
 		if err != nil {
-			deadLetter(v, err.Error())
+			done.dead = append(done.dead, rejected{v, err.Error()})
 			continue
 		}
-		valid = append(valid, item{v, r})
-		if !seen[r.BigTableUID] {
-			seen[r.BigTableUID] = true
-			uids = append(uids, r.BigTableUID)
-		}
+		items = append(items, item{idx: i, raw: v, res: r})
 	}
-	decodeDead := len(dead)
-
-	var applied, stale int64
-	err := p.store.InTx(ctx, func(tx *store.Tx) error {
-		dead, applied, stale = dead[:decodeDead], 0, 0
-		rows, err := tx.Lock(ctx, uids)
-		if err != nil {
-			return err
-		}
-		now := tx.Now()
-		var order []string
-		changed := map[string]bool{}
-		var finished []store.Attempt
-		for _, it := range valid {
-			r := it.res
-			row, ok := rows[r.BigTableUID]
-			if !ok {
-				deadLetter(it.raw, fmt.Sprintf("unknown record: no big_table_uid %q", r.BigTableUID))
-				continue
-			}
-			rules, err := p.rules.Get(row.Schedule, row.Policy)
-			if err != nil {
-				deadLetter(it.raw, fmt.Sprintf("record %q cannot apply results: %v", r.BigTableUID, err))
-				continue
-			}
-			old := row.State
-			var outcome store.Outcome
-			var step refresh.Step
-			switch r.Type {
-			case protocol.Success:
-				row.State, err = rules.Succeed(row.State, now, r.AttemptUID)
-				outcome = store.OutcomeSuccess
-			case protocol.Failure:
-				row.State, step, err = rules.Fail(row.State, now, r.AttemptUID, refresh.Failure{
-					Message: r.Message, NotRetryable: r.NotRetryable(), Reason: r.UserFriendlyReason, Draw: p.cfg.Draw(),
-				})
-				outcome = store.OutcomeFailure
-			case protocol.Status:
-				if err = row.State.Status(now, r.AttemptUID); err == nil {
-					row.StatusMessage = r.Message
-				}
-			}
-			if errors.Is(err, refresh.ErrStale) {
-				stale++
-				p.log.Debug("stale result discarded", "uid", r.BigTableUID, "attempt_uid", r.AttemptUID,
-					"current_attempt_uid", old.AttemptUID, "type", r.Type, "why", err)
-				continue
-			}
-			if err != nil {
-				return fmt.Errorf("apply %s to %s: %w", r.Type, r.BigTableUID, err)
-			}
-			applied++
-			if outcome != "" {
-				finished = append(finished, store.Attempt{
-					AttemptUID: r.AttemptUID, UID: r.BigTableUID, AttemptNo: old.AttemptNo, StartedAt: old.StartedAt,
-					FinishedAt: now, Outcome: outcome, Message: r.Message, Decision: string(step.Decision),
-				})
-			}
-			p.log.Debug("result applied", "uid", r.BigTableUID, "type", r.Type, "attempt_no", old.AttemptNo,
-				"decision", step.Decision, "refresh_at", row.RefreshAt, "disabled", row.Disabled, "reason", row.DisabledReason)
-			rows[r.BigTableUID] = row
-			if !changed[r.BigTableUID] {
-				changed[r.BigTableUID] = true
-				order = append(order, r.BigTableUID)
-			}
-		}
-		save := make([]store.Row, 0, len(order))
-		for _, uid := range order {
-			save = append(save, rows[uid])
-		}
-		if err := tx.Save(ctx, save); err != nil {
-			return err
-		}
-		return tx.RecordAttempts(ctx, finished)
-	})
-	if err != nil {
-		return fmt.Errorf("apply batch of %d results: %w", len(raw), err)
+	if err := p.apply(ctx, items, rcv, &done); err != nil {
+		return 0, fmt.Errorf("apply batch of %d results: %w", len(b.Results), err)
 	}
 	// Committed. A crash before this acknowledgement replays the batch, whose
 	// results are then stale: nothing is applied twice.
+	if p.hooks.beforeAck != nil {
+		if err := p.hooks.beforeAck(); err != nil {
+			return 0, err
+		}
+	}
+	ack := queue.Ack{Token: b.Token, HandBack: done.handBack, DeadCap: p.cfg.DeadCap}
+	deadAt := time.Now().UTC()
+	for _, d := range done.dead {
+		ack.Dead = append(ack.Dead, protocol.DeadLetter{Reason: d.reason, DeadAt: deadAt, Raw: d.raw})
+	}
 	ackCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if err := p.queue.Ack(ackCtx, p.cfg.ID, dead); err != nil {
-		return err
+	res, err := p.queue.Ack(ackCtx, p.cfg.ID, ack)
+	if err != nil {
+		return 0, err
 	}
-	for _, d := range dead {
+	if !res.Acked {
+		p.lostAcks.Add(1)
+		p.log.Warn("batch not acknowledged: this poller's lease lapsed and another poller adopted the batch, which it replays",
+			"results", len(b.Results), "dead_letters_left_to_the_adopter", len(ack.Dead))
+		return len(b.Results) - len(done.handBack), nil
+	}
+	p.countDropped(res.Dropped)
+	for _, d := range ack.Dead {
 		p.log.Warn("result dead-lettered", "reason", d.Reason, "bytes", len(d.Raw))
 	}
-	p.applied.Add(applied)
-	p.stale.Add(stale)
-	p.dead.Add(int64(len(dead)))
+	if len(done.handBack) > 0 {
+		p.log.Info("results handed back: another transaction holds their records", "results", len(done.handBack))
+	}
+	p.dead.Add(int64(len(ack.Dead)))
+	p.handedBack.Add(int64(len(done.handBack)))
 	p.batches.Add(1)
-	p.log.Debug("batch applied", "results", len(raw), "applied", applied, "stale", stale, "dead", len(dead))
-	return nil
+	p.log.Debug("batch applied", "results", len(b.Results), "applied", done.applied, "stale", len(done.stale),
+		"dead", len(ack.Dead), "handed_back", len(done.handBack))
+	return len(b.Results) - len(done.handBack), nil
 }
 
-// Run polls until ctx is cancelled, then finishes the batch in hand, hands
-// back anything unacknowledged and returns nil. Errors (Redis or PostgreSQL
-// down) are logged and retried with exponential backoff.
+// apply applies the items in one transaction and adds its plan to done. If
+// the database refuses a value (a data or constraint error: retrying the
+// same values cannot help), it splits the items in two and applies each half
+// alone, down to the one result to blame, which it dead-letters with the
+// database's reason: one bad result never blocks the others. Any other error
+// (an outage) is returned.
+func (p *Poller) apply(ctx context.Context, items []item, rcv refresh.Received, done *batchPlan) error {
+	if len(items) == 0 {
+		return nil
+	}
+	plan, err := p.applyTx(ctx, items, rcv)
+	if err == nil {
+		done.merge(plan)
+		p.applied.Add(int64(plan.applied))
+		p.stale.Add(int64(len(plan.stale)))
+		for _, s := range plan.stale {
+			p.log.Debug("stale result discarded", "uid", s.res.BigTableUID, "attempt_uid", s.res.AttemptUID,
+				"current_attempt_uid", s.current, "type", s.res.Type, "why", s.why)
+		}
+		return nil
+	}
+	if !store.Refused(err) {
+		return err
+	}
+	if len(items) == 1 {
+		reason := fmt.Sprintf("the database refused the result: %v (SQLSTATE %s)", err, store.SQLState(err))
+		done.dead = append(done.dead, rejected{items[0].raw, reason})
+		return nil
+	}
+	p.log.Warn("the database refused a value of the batch; applying it in halves to find the culprit", "results", len(items), "err", err)
+	half := len(items) / 2
+	if err := p.apply(ctx, items[:half], rcv, done); err != nil {
+		return err
+	}
+	return p.apply(ctx, items[half:], rcv, done)
+}
+
+// applyTx is one transaction: lock the rows (skipping those another
+// transaction holds), plan, save, record.
+func (p *Poller) applyTx(ctx context.Context, items []item, rcv refresh.Received) (batchPlan, error) {
+	seen := make(map[string]bool, len(items))
+	uids := make([]string, 0, len(items))
+	for _, it := range items {
+		if !seen[it.res.BigTableUID] {
+			seen[it.res.BigTableUID] = true
+			uids = append(uids, it.res.BigTableUID)
+		}
+	}
+	var plan batchPlan
+	opt := store.TxOptions{LockTimeout: p.cfg.TxTimeout, IdleTimeout: p.cfg.TxTimeout, StatementTimeout: p.cfg.TxTimeout}
+	err := p.store.InTxWith(ctx, opt, func(tx *store.Tx) error {
+		rows, busyList, err := tx.LockOrSkip(ctx, uids)
+		if err != nil {
+			return err
+		}
+		var busy map[string]bool
+		if len(busyList) > 0 {
+			busy = make(map[string]bool, len(busyList))
+			for _, uid := range busyList {
+				busy[uid] = true
+			}
+		}
+		plan = applyBatch(rows, busy, items, tx.Now(), rcv, p.rules, p.cfg.Draw)
+		if err := tx.Save(ctx, plan.save); err != nil {
+			return err
+		}
+		if err := tx.RecordAttempts(ctx, plan.finished); err != nil {
+			return err
+		}
+		if p.hooks.inTx != nil {
+			p.hooks.inTx()
+		}
+		return nil
+	})
+	return plan, err
+}
+
+// Run polls until ctx is cancelled, then finishes the batch in hand, ends
+// its lease and returns nil. It refuses to start (an error wrapping
+// queue.ErrIDInUse) while another process holds the poller's id with a live
+// lease. Errors (Redis or PostgreSQL down) are logged and retried with
+// exponential backoff.
 func (p *Poller) Run(ctx context.Context) error {
-	p.log.Info("poller running", "batch", p.cfg.Batch, "lease", p.cfg.Lease)
 	work := context.WithoutCancel(ctx) // a batch in hand is finished
 	var lastBeat, lastSummary time.Time
+	registeredOnce := false
+	if _, err := p.queue.Heartbeat(ctx, p.lease); errors.Is(err, queue.ErrIDInUse) {
+		return fmt.Errorf("start poller: %w: another poller runs with this id; give each its own --id", err)
+	} else if err == nil {
+		lastBeat, registeredOnce = time.Now(), true
+	}
+	p.log.Info("poller running", "batch", p.cfg.Batch, "lease", p.cfg.Lease, "tx_timeout", p.cfg.TxTimeout,
+		"max_result_wait", p.cfg.MaxResultWait, "dead_cap", p.cfg.DeadCap)
 	var lastStats Stats
 	backoff := time.Duration(0)
 	for ctx.Err() == nil {
 		var n int
 		err := func() error {
 			if time.Since(lastBeat) > p.cfg.Lease/3 {
-				if err := p.queue.Heartbeat(work, p.cfg.ID, p.cfg.Lease); err != nil {
+				registered, err := p.queue.Heartbeat(work, p.lease)
+				if err != nil {
 					return err
 				}
+				if registered && registeredOnce {
+					p.log.Warn("poller registered again: its lease had lapsed (another poller may have adopted its batch)")
+				}
+				registeredOnce = true
 				lastBeat = time.Now()
-				if moved, err := p.queue.RecoverExpired(work); err != nil {
+				if moved, err := p.queue.RecoverExpired(work, p.cfg.ID); err != nil {
 					return err
 				} else if moved > 0 {
-					p.log.Warn("recovered results of a dead poller", "results", moved)
+					p.log.Warn("adopted the batch of a poller whose lease lapsed", "results", moved)
 				}
 			}
 			var err error
 			n, err = p.Once(work)
 			return err
 		}()
+		if errors.Is(err, queue.ErrIDInUse) {
+			return fmt.Errorf("poller stopped: %w: another process took this poller's id over after its lease lapsed", err)
+		}
 		if err != nil {
 			lastBeat = time.Time{}
 			backoff = min(max(2*backoff, p.cfg.Idle), p.cfg.MaxBackoff)
 			p.log.Error("poller batch failed; retrying", "err", err, "retry_in", backoff)
-			sleep(ctx, backoff)
+			wait.Sleep(ctx, backoff)
 			continue
 		}
 		if backoff > 0 {
@@ -301,37 +393,30 @@ func (p *Poller) Run(ctx context.Context) error {
 		}
 		if time.Since(lastSummary) > time.Minute {
 			if st := p.Stats(); st != lastStats {
-				p.log.Info("poller summary", "applied", st.Applied, "stale", st.Stale, "dead", st.Dead, "batches", st.Batches)
+				p.log.Info("poller summary", "applied", st.Applied, "stale", st.Stale, "dead", st.Dead, "handed_back", st.HandedBack,
+					"batches", st.Batches, "lost_acks", st.LostAcks, "dead_dropped", st.DeadDropped)
 				lastStats = st
 			}
 			lastSummary = time.Now()
 		}
 		if n == 0 {
-			sleep(ctx, p.cfg.Idle)
+			wait.Sleep(ctx, p.cfg.Idle)
 		}
 	}
 	releaseCtx, cancel := context.WithTimeout(work, 10*time.Second)
 	defer cancel()
-	if moved, err := p.queue.Release(releaseCtx, p.cfg.ID); err != nil {
-		p.log.Error("release processing list", "err", err)
-	} else if moved > 0 {
-		p.log.Warn("handed unacknowledged results back", "results", moved)
+	if left, err := p.queue.Release(releaseCtx, p.lease); err != nil {
+		p.log.Error("release lease", "err", err)
+	} else if left > 0 {
+		p.log.Warn("left an unacknowledged batch for another poller to adopt", "results", left)
 	}
 	st := p.Stats()
-	p.log.Info("poller stopped", "applied", st.Applied, "stale", st.Stale, "dead", st.Dead)
+	p.log.Info("poller stopped", "applied", st.Applied, "stale", st.Stale, "dead", st.Dead, "dead_dropped", st.DeadDropped)
 	return nil
 }
 
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
-}
-
-// newID returns hostname-pid-random: unique, and readable in Redis.
+// newID returns hostname-pid-random: unique, and readable in Redis. It is
+// also the instance token that tells two processes with one poller id apart.
 func newID() string {
 	host, _ := os.Hostname()
 	b := make([]byte, 4)

@@ -3,6 +3,7 @@ package poller_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -17,21 +18,69 @@ import (
 	"github.com/bigtables/bigtables/refresh"
 	"github.com/bigtables/bigtables/scheduler"
 	"github.com/bigtables/bigtables/store"
+	"github.com/jmoiron/sqlx"
 	"github.com/redis/go-redis/v9"
 )
 
 type env struct {
-	st  *store.Store
-	q   *queue.Queue
-	rdb redis.UniversalClient
+	st    *store.Store
+	q     *queue.Queue
+	rdb   redis.UniversalClient
+	db    *sqlx.DB // for fixtures the store has no statement for
+	clock *clock   // the queue scripts' clock
 }
+
+// clock is the settable clock of the queue's scripts (Redis's TIME in
+// production): tests cross leases and deadlines by setting it.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) set(t time.Time)     { c.mu.Lock(); defer c.mu.Unlock(); c.t = t }
+func (c *clock) add(d time.Duration) { c.set(c.now().Add(d)) }
 
 func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
-func setup(t *testing.T) env {
+func setup(t *testing.T) env { return setupWith(t, nil) }
+
+// setupWith runs prepare on the test's fresh database before the store opens it.
+func setupWith(t *testing.T, prepare func(db *sqlx.DB)) env {
 	t.Helper()
 	_, rdb, names := testsvc.Redis(t)
-	return env{st: testsvc.Store(t), q: queue.New(rdb, names), rdb: rdb}
+	dbURL := testsvc.Database(t)
+	if prepare != nil { // on a connection of its own: sessions keep the settings they started with
+		db, err := sqlx.Open("postgres", dbURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		prepare(db)
+		db.Close()
+	}
+	db, err := sqlx.Open("postgres", dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	ctx := context.Background()
+	st, err := store.Open(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	if _, err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c := &clock{t: time.Now().UTC()}
+	return env{st: st, q: queue.New(rdb, names, queue.WithClock(c.now)), rdb: rdb, db: db, clock: c}
+}
+
+func exec(t *testing.T, db *sqlx.DB, q string, args ...any) {
+	t.Helper()
+	if _, err := db.Exec(q, args...); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
 }
 
 // start adds records and lets a scheduler start them; it returns the
@@ -71,14 +120,15 @@ func result(uid, attempt string, typ protocol.Type, msg string) string {
 	return string(protocol.Result{BigTableUID: uid, AttemptUID: attempt, Type: typ, Message: msg}.Encode())
 }
 
-func drainAll(t *testing.T, p *poller.Poller) {
+// drainAll runs the poller until nothing is left in the output list.
+func drainAll(t *testing.T, e env, p *poller.Poller) {
 	t.Helper()
 	for {
 		n, err := p.Once(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n == 0 {
+		if left, _ := e.rdb.LLen(context.Background(), e.q.Names().Output).Result(); n == 0 && left == 0 {
 			return
 		}
 	}
@@ -121,7 +171,7 @@ func TestApplyResults(t *testing.T) {
 		"not json at all",
 	)
 	p := poller.New(e.st, e.q, poller.Config{Logger: quiet()})
-	drainAll(t, p)
+	drainAll(t, e, p)
 
 	st := p.Stats()
 	if st.Applied != 4 || st.Stale != 2 || st.Dead != 3 {
@@ -173,7 +223,7 @@ func TestOversizedResultNeverReachesThePoller(t *testing.T) {
 	big := `{"big_table_uid":"a","refresh_attempt_uid":"` + att["a"] + `","type":"success","message":"` + strings.Repeat("x", 5000) + `"}`
 	push(t, e, big)
 	p := poller.New(e.st, e.q, poller.Config{MaxResultBytes: 2048, Logger: quiet()})
-	drainAll(t, p)
+	drainAll(t, e, p)
 	if st := p.Stats(); st.Dead != 1 || st.Applied != 0 {
 		t.Errorf("stats %+v; want 1 dead", st)
 	}
@@ -188,37 +238,33 @@ func TestOversizedResultNeverReachesThePoller(t *testing.T) {
 }
 
 // A poller killed after draining (its batch is in its processing list) loses
-// nothing: another poller recovers the batch once the lease expires.
+// nothing: another poller adopts the batch once the lease expires.
 func TestKilledPollersBatchIsRecovered(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
 	att := start(t, e, refresh.DefaultPolicy(), "a", "b")
 	push(t, e, result("a", att["a"], protocol.Success, ""), result("b", att["b"], protocol.Failure, "x"))
 
-	if err := e.q.Heartbeat(ctx, "killed", 50*time.Millisecond); err != nil {
-		t.Fatal(err)
+	killed := poller.New(e.st, e.q, poller.Config{ID: "killed", Logger: quiet()})
+	poller.SetHooks(killed, nil, func() error { return errors.New("killed before its acknowledgement") })
+	if _, err := killed.Once(ctx); err == nil {
+		t.Fatal("the killed poller acknowledged")
 	}
-	got, _, err := e.q.Drain(ctx, "killed", 100, 1<<20)
-	if err != nil || len(got) != 2 {
-		t.Fatalf("drain = %d, %v", len(got), err)
+	// ... and the process dies here. Its lease lives 15 s.
+	p := poller.New(e.st, e.q, poller.Config{Logger: quiet()})
+	if moved, err := e.q.RecoverExpired(ctx, p.ID()); err != nil || moved != 0 {
+		t.Fatalf("RecoverExpired of a live lease = %d, %v; want 0", moved, err)
 	}
-	// ... and the process dies here, before applying.
-	time.Sleep(100 * time.Millisecond)
-	moved, err := e.q.RecoverExpired(ctx)
-	if err != nil || moved != 2 {
+	e.clock.add(16 * time.Second)
+	if moved, err := e.q.RecoverExpired(ctx, p.ID()); err != nil || moved != 2 {
 		t.Fatalf("RecoverExpired = %d, %v; want 2", moved, err)
 	}
-	p := poller.New(e.st, e.q, poller.Config{Logger: quiet()})
-	drainAll(t, p)
-	if st := p.Stats(); st.Applied != 2 {
-		t.Errorf("stats %+v; want both results applied", st)
+	drainAll(t, e, p)
+	if st := p.Stats(); st.Stale != 2 {
+		t.Errorf("stats %+v; want both results replayed, stale", st)
 	}
-	// A live lease is never recovered.
-	e.q.Heartbeat(ctx, "alive", time.Minute)
-	push(t, e, "x")
-	e.q.Drain(ctx, "alive", 100, 1<<20)
-	if moved, _ := e.q.RecoverExpired(ctx); moved != 0 {
-		t.Errorf("recovered %d results of a live poller", moved)
+	if st := killed.Stats(); st.Applied != 2 {
+		t.Errorf("killed poller's stats %+v; want both applied (committed)", st)
 	}
 }
 
@@ -229,15 +275,16 @@ func TestReplayAfterCommitAppliesNothingTwice(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
 	att := start(t, e, refresh.DefaultPolicy(), "a")
-	res := result("a", att["a"], protocol.Failure, "boom")
-	push(t, e, res)
+	push(t, e, result("a", att["a"], protocol.Failure, "boom"))
 	p := poller.New(e.st, e.q, poller.Config{ID: "p1", Logger: quiet()})
-	drainAll(t, p)
+	poller.SetHooks(p, nil, func() error { return errors.New("the acknowledgement's reply was lost") })
+	if _, err := p.Once(ctx); err == nil {
+		t.Fatal("acknowledged")
+	}
 	after, _ := e.st.Get(ctx, "a")
-	// Simulate the lost acknowledgement: the batch is back in p1's list.
-	e.rdb.RPush(ctx, e.q.Names().Output+":processing:p1", res)
+	e.clock.add(16 * time.Second) // p1 is dead: its lease lapses, its id is free
 	p2 := poller.New(e.st, e.q, poller.Config{ID: "p1", Logger: quiet()})
-	drainAll(t, p2)
+	drainAll(t, e, p2)
 	if st := p2.Stats(); st.Stale != 1 || st.Applied != 0 {
 		t.Errorf("replay stats %+v; want 1 stale", st)
 	}
@@ -269,32 +316,86 @@ func TestDatabaseDownKeepsTheBatch(t *testing.T) {
 	if pending, _ := e.q.Pending(ctx, "p1"); len(pending) != 1 {
 		t.Fatalf("%d results pending after a failed batch; want 1 kept", len(pending))
 	}
+	e.clock.add(16 * time.Second) // the broken poller is gone; a new one takes its id
 	good := poller.New(e.st, e.q, poller.Config{ID: "p1", Logger: quiet()})
-	drainAll(t, good)
+	drainAll(t, e, good)
 	if st := good.Stats(); st.Applied != 1 {
 		t.Errorf("after the database is back: %+v; want 1 applied", st)
 	}
 }
 
-// A result after its attempt's deadline is stale: the attempt counts as
-// timed out, which the scheduler applies (DESIGN.md rule 4).
-func TestLateResultIsStale(t *testing.T) {
+// deadlineAgo moves the running attempt's deadline of uid to ago before the
+// database's now, as if the attempt had run that long: the store has no
+// statement for it, and sleeping past a deadline is what tests must not do.
+func deadlineAgo(t *testing.T, e env, uid string, ago time.Duration) time.Time {
+	t.Helper()
+	var deadline time.Time
+	err := e.db.Get(&deadline, `UPDATE bigtables SET deadline_at = now() - $2 * interval '1 microsecond',
+		started_at = now() - $2 * interval '1 microsecond' - interval '1 hour' WHERE uid = $1 RETURNING deadline_at`, uid, ago.Microseconds())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return deadline.UTC()
+}
+
+// Lateness is judged by when a result reached the output list, by the
+// queue's clock, not by when a poller applies it: a success pushed before
+// its deadline whose poller was killed, recovered after the lease and
+// applied after the deadline is a success; one pushed after the deadline is
+// stale.
+func TestLatenessIsJudgedByWhenTheResultReachedRedis(t *testing.T) {
 	e := setup(t)
+	ctx := context.Background()
 	p := refresh.DefaultPolicy()
-	p.Timeout = refresh.Duration(time.Second)
-	att := start(t, e, p, "a")
-	time.Sleep(1100 * time.Millisecond)
-	push(t, e, result("a", att["a"], protocol.Success, "too late"))
-	pl := poller.New(e.st, e.q, poller.Config{Logger: quiet()})
-	drainAll(t, pl)
-	if st := pl.Stats(); st.Stale != 1 || st.Applied != 0 {
+	p.Timeout = refresh.Duration(time.Hour)
+	att := start(t, e, p, "early", "late")
+	deadline := deadlineAgo(t, e, "early", time.Minute)
+	deadlineAgo(t, e, "late", time.Minute)
+	live := poller.New(e.st, e.q, poller.Config{Logger: quiet()})
+
+	// "early": pushed 20 s before its deadline, drained by a poller that is
+	// killed before it commits.
+	e.clock.set(deadline.Add(-30 * time.Second))
+	drainAll(t, e, live) // the output list is empty at deadline - 30s
+	push(t, e, result("early", att["early"], protocol.Success, "in time"))
+	e.clock.set(deadline.Add(-20 * time.Second))
+	killed := poller.New(e.st, e.q, poller.Config{Logger: quiet()})
+	poller.SetHooks(killed, func() { panic(errKilled) }, nil)
+	func() {
+		defer func() {
+			if r := recover(); r != errKilled {
+				t.Fatalf("recovered %v", r)
+			}
+		}()
+		killed.Once(ctx)
+	}()
+	// The lease lapses after the deadline; the live poller adopts the batch.
+	e.clock.set(deadline.Add(10 * time.Second))
+	if n, err := e.q.RecoverExpired(ctx, live.ID()); err != nil || n != 1 {
+		t.Fatalf("adopted %d, %v; want 1", n, err)
+	}
+	drainAll(t, e, live)
+	if st := live.Stats(); st.Applied != 1 || st.Stale != 0 {
+		t.Errorf("stats %+v; want the success applied, on time", st)
+	}
+	if h, _ := e.st.History(ctx, "early", 10); len(h) != 1 || h[0].Outcome != store.OutcomeSuccess {
+		t.Errorf("history of early %+v; want one success", h)
+	}
+
+	// "late": pushed after the deadline (the list was seen empty after it).
+	push(t, e, result("late", att["late"], protocol.Success, "too late"))
+	e.clock.set(deadline.Add(20 * time.Second))
+	drainAll(t, e, live)
+	if st := live.Stats(); st.Stale != 1 {
 		t.Errorf("stats %+v; want the late success stale", st)
 	}
-	row, _ := e.st.Get(context.Background(), "a")
-	if row.AttemptUID != att["a"] || row.AttemptNo != 1 {
+	row, _ := e.st.Get(ctx, "late")
+	if row.AttemptUID != att["late"] || row.AttemptNo != 1 {
 		t.Errorf("a late result changed the record: %+v", row.State)
 	}
 }
+
+var errKilled = errors.New("killed")
 
 // TestEveryStrategyFamilyEndToEnd runs one failure of a record of each
 // strategy family through the real scheduler, Redis and poller, and checks
@@ -338,7 +439,7 @@ func TestEveryStrategyFamilyEndToEnd(t *testing.T) {
 		r, _ := e.st.Get(ctx, tt.uid)
 		push(t, e, result(tt.uid, r.AttemptUID, protocol.Failure, "boom"))
 	}
-	drainAll(t, poller.New(e.st, e.q, poller.Config{Logger: quiet()}))
+	drainAll(t, e, poller.New(e.st, e.q, poller.Config{Logger: quiet()}))
 	for _, tt := range tests {
 		r, _ := e.st.Get(ctx, tt.uid)
 		h, _ := e.st.History(ctx, tt.uid, 1)
@@ -363,7 +464,7 @@ func TestHundredMegabyteResult(t *testing.T) {
 	huge := strings.Repeat("x", 100<<20)
 	push(t, e, huge, result("a", att["a"], protocol.Success, ""))
 	p := poller.New(e.st, e.q, poller.Config{Logger: quiet()})
-	drainAll(t, p)
+	drainAll(t, e, p)
 	if st := p.Stats(); st.Dead != 1 || st.Applied != 1 {
 		t.Errorf("stats %+v; want the huge value dead and the next result applied", st)
 	}
@@ -392,7 +493,7 @@ func TestTwoPollersApplyEachResultOnce(t *testing.T) {
 	p2 := poller.New(e.st, e.q, poller.Config{Batch: 11, Logger: quiet()})
 	var wg sync.WaitGroup
 	for _, p := range []*poller.Poller{p1, p2} {
-		wg.Go(func() { drainAll(t, p) })
+		wg.Go(func() { drainAll(t, e, p) })
 	}
 	wg.Wait()
 	s1, s2 := p1.Stats(), p2.Stats()

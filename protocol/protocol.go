@@ -6,7 +6,12 @@
 // Decoding is tolerant where a contract should be (unknown fields are
 // ignored) and strict everywhere else: a result that is too large, not a JSON
 // object, has a field of the wrong type, lacks a required field or has an
-// unknown type is refused with an error that says which and why.
+// unknown type is refused with an error that says which and why. Every text
+// a result carries can be stored by PostgreSQL: a uid holding a NUL
+// character (\u0000, which PostgreSQL text cannot hold) is refused, and NULs
+// in message and user_friendly_reason are replaced by U+FFFD; invalid UTF-8
+// is refused whole (JSON escapes cannot produce it: Go decodes a lone
+// surrogate as U+FFFD).
 package protocol
 
 import (
@@ -160,10 +165,23 @@ func DecodeResult(b []byte, maxBytes int) (Result, error) {
 		return bad("unknown type %q: expected %q, %q or %q", Clip(string(r.Type), 50), Success, Failure, Status)
 	case r.Retryable != nil && r.Type != Failure:
 		return bad("retryable is only allowed on a failure")
+	case strings.IndexByte(r.BigTableUID, 0) >= 0:
+		return bad("big_table_uid contains a NUL character (\\u0000), which no record uid can hold")
+	case strings.IndexByte(r.AttemptUID, 0) >= 0:
+		return bad("refresh_attempt_uid contains a NUL character (\\u0000), which no attempt uid can hold")
 	}
-	r.Message = Clip(r.Message, MaxTextLen)
-	r.UserFriendlyReason = Clip(r.UserFriendlyReason, MaxTextLen)
+	r.Message = Clip(storable(r.Message), MaxTextLen)
+	r.UserFriendlyReason = Clip(storable(r.UserFriendlyReason), MaxTextLen)
 	return r, nil
+}
+
+// storable replaces the NUL characters PostgreSQL text cannot hold by
+// U+FFFD, the character that stands for one that cannot be represented.
+func storable(s string) string {
+	if strings.IndexByte(s, 0) < 0 {
+		return s
+	}
+	return strings.ReplaceAll(s, "\x00", "\uFFFD")
 }
 
 // strictObject decodes one JSON object into v, with errors that name the

@@ -40,12 +40,26 @@ func TestDecodeResult(t *testing.T) {
 		{`{"big_table_uid":"` + strings.Repeat("x", 300) + `","refresh_attempt_uid":"c1","type":"success"}`, "longer than 200"},
 		{"{\"big_table_uid\":\"b\xff\"}", "not valid UTF-8"},
 		{`{"big_table_uid":"b","refresh_attempt_uid":"c1","type":"success","message":"` + strings.Repeat("x", 100) + `"}`, "over the limit of 100"},
+		{`{"big_table_uid":"b\u0000","refresh_attempt_uid":"c1","type":"success"}`, "big_table_uid contains a NUL character"},
+		{`{"big_table_uid":"b","refresh_attempt_uid":"\u0000c1","type":"success"}`, "refresh_attempt_uid contains a NUL character"},
 	}
 	for _, tt := range bad {
 		_, err := DecodeResult([]byte(tt.in), 100+boolInt(!strings.Contains(tt.want, "limit"))*1000)
 		if err == nil || !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("DecodeResult(%.60s) error = %v; want ErrMalformed containing %q", tt.in, err, tt.want)
 		}
+	}
+}
+
+// PostgreSQL text cannot hold NUL: the texts a worker sets are cleaned (the
+// uids are refused, above), so a result never fails the database's write.
+func TestDecodeResultCleansNUL(t *testing.T) {
+	r, err := DecodeResult([]byte(`{"big_table_uid":"b","refresh_attempt_uid":"c1","type":"failure","message":"a\u0000b","user_friendly_reason":"\u0000x"}`), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Message != "a\uFFFDb" || r.UserFriendlyReason != "\uFFFDx" {
+		t.Errorf("message %q reason %q; want each NUL replaced by U+FFFD", r.Message, r.UserFriendlyReason)
 	}
 }
 
@@ -96,6 +110,11 @@ func FuzzDecodeResult(f *testing.F) {
 		}
 		if utf8.RuneCountInString(r.Message) > MaxTextLen || utf8.RuneCountInString(r.UserFriendlyReason) > MaxTextLen {
 			t.Fatalf("text over the limit kept")
+		}
+		for _, s := range []string{r.BigTableUID, r.AttemptUID, r.Message, r.UserFriendlyReason} {
+			if strings.IndexByte(s, 0) >= 0 || !utf8.ValidString(s) {
+				t.Fatalf("accepted a text PostgreSQL cannot store: %q", s)
+			}
 		}
 		// What was accepted survives a round trip.
 		again, err := DecodeResult(r.Encode(), 1<<20)

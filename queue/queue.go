@@ -1,6 +1,7 @@
 // Package queue owns every Redis key and command bigtables uses: pushing jobs,
 // draining results into a per-poller processing list that a crash cannot
-// lose, acknowledging them, recovering the lists of dead pollers, and the
+// lose, acknowledging them, leases and the adoption of dead pollers' batches,
+// the watermark that says which results have all been applied, and the
 // blocking pop workers use.
 //
 // Keys, all derived from the three configured queue names:
@@ -8,10 +9,21 @@
 //	<input>                        jobs (list, RPUSH by the scheduler, LPOP by workers)
 //	<output>                       results (list, RPUSH by workers)
 //	<output>:processing:<poller>   results a poller drained and has not yet acknowledged
-//	<output>:pollers               live pollers (sorted set: poller id -> lease expiry, Unix ms)
-//	<dead>                         dead letters (list of protocol.DeadLetter JSON)
+//	<output>:inflight              batches in processing lists (hash: poller id -> "L T token", see Batch)
+//	<output>:acked                 last batch each poller acknowledged (hash: poller id -> token)
+//	<output>:batches               batch token counter (string)
+//	<output>:watermark             Redis time the output list was last seen empty (string, Unix µs)
+//	<output>:pollers               leases (sorted set: poller id -> lease expiry, Redis time, Unix µs)
+//	<output>:owners                process holding each poller id (hash: poller id -> instance token)
+//	<dead>                         dead letters (list of protocol.DeadLetter JSON, capped)
+//	<dead>:dropped                 dead letters dropped over the cap (counter)
 //	<input>:cancelled:<attempt>    set while a superseded attempt's worker should stop (string "1", expires)
 //	<output>:pushed:<attempt>      set once the Go worker library pushed the attempt's final result (the push's token, expires)
+//	<input>:push:<token>           a tick's job push ran, and when (string, expires; see PushJobsOnce)
+//
+// Every time a script compares or stores is Redis's own (TIME, read inside
+// the script), so processes whose clocks disagree still agree on leases and
+// lateness; tests inject a clock instead (WithClock).
 //
 // In Redis Cluster the keys of one script must share a hash slot: give the
 // queue names a common hash tag, e.g. "{bt}-input", "{bt}-output",
@@ -22,11 +34,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
-	"strconv"
-	"strings"
 	"time"
 
+	"github.com/bigtables/bigtables/internal/redact"
 	"github.com/bigtables/bigtables/protocol"
 	"github.com/redis/go-redis/v9"
 )
@@ -56,6 +66,12 @@ func (n Names) Validate() error {
 
 func (n Names) processing(poller string) string { return n.Output + ":processing:" + poller }
 func (n Names) pollers() string                 { return n.Output + ":pollers" }
+func (n Names) owners() string                  { return n.Output + ":owners" }
+func (n Names) inflight() string                { return n.Output + ":inflight" }
+func (n Names) acked() string                   { return n.Output + ":acked" }
+func (n Names) batches() string                 { return n.Output + ":batches" }
+func (n Names) watermark() string               { return n.Output + ":watermark" }
+func (n Names) dropped() string                 { return n.Dead + ":dropped" }
 
 // CancelKey is the key that, while it exists, tells the worker running
 // attemptUID to stop: the attempt was superseded (a person updated the
@@ -66,70 +82,39 @@ func (n Names) CancelKey(attemptUID string) string { return n.Input + ":cancelle
 type Queue struct {
 	rdb   redis.UniversalClient
 	names Names
+	// clock, when set, replaces Redis's TIME in the scripts (tests).
+	clock func() time.Time
 }
 
 // New returns a Queue on rdb with the given names.
-func New(rdb redis.UniversalClient, names Names) *Queue {
-	return &Queue{rdb: rdb, names: names}
+func New(rdb redis.UniversalClient, names Names, opts ...Option) *Queue {
+	q := &Queue{rdb: rdb, names: names}
+	for _, o := range opts {
+		o(q)
+	}
+	return q
 }
 
 // Names returns the queue names.
 func (q *Queue) Names() Names { return q.names }
 
-// Connect opens a Redis client from a redis:// or rediss:// (TLS) URL, with
+// Connect opens a Redis client from a redis:// or rediss:// (TLS) URL, or
+// a redis-sentinel:// or redis+cluster:// one (see SchemeSentinel), with
 // AUTH from the URL, and checks that it answers. Errors never contain the
 // password.
 func Connect(ctx context.Context, rawURL string) (redis.UniversalClient, error) {
-	opt, err := redis.ParseURL(rawURL)
+	opt, err := parseURL(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("parse Redis URL %s: %w", Redact(rawURL), redactErr(err, rawURL))
+		return nil, fmt.Errorf("parse Redis URL %s: %w", redact.URL(rawURL), redact.Error(err, rawURL))
 	}
-	opt.DialTimeout = 5 * time.Second
-	opt.ReadTimeout = 5 * time.Second // blocking pops extend it by their own timeout
-	opt.WriteTimeout = 5 * time.Second
-	rdb := redis.NewClient(opt)
+	rdb := opt.newClient()
 	pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := rdb.Ping(pingCtx).Err(); err != nil {
 		rdb.Close()
-		return nil, fmt.Errorf("connect to Redis at %s: %w", Redact(rawURL), redactErr(err, rawURL))
+		return nil, fmt.Errorf("connect to Redis at %s: %w", redact.URL(rawURL), redact.Error(err, rawURL))
 	}
 	return rdb, nil
-}
-
-// Redact returns the URL with any password replaced by "xxxxx".
-func Redact(rawURL string) string {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	return u.Redacted()
-}
-
-type redactedError struct {
-	msg string
-	err error
-}
-
-func (e redactedError) Error() string { return e.msg }
-func (e redactedError) Unwrap() error { return e.err }
-
-func redactErr(err error, rawURL string) error {
-	u, perr := url.Parse(rawURL)
-	if perr != nil || u.User == nil {
-		return err
-	}
-	pw, ok := u.User.Password()
-	if !ok || pw == "" {
-		return err
-	}
-	msg := err.Error()
-	for _, s := range []string{pw, url.QueryEscape(pw), url.PathEscape(pw)} {
-		if s != "" {
-			msg = strings.ReplaceAll(msg, s, "xxxxx")
-		}
-	}
-	return redactedError{msg: msg, err: err}
 }
 
 // PushJobs appends the jobs to the input list in one round trip.
@@ -145,165 +130,6 @@ func (q *Queue) PushJobs(ctx context.Context, jobs [][]byte) error {
 		return fmt.Errorf("push %d jobs onto %s: %w", len(jobs), q.names.Input, err)
 	}
 	return nil
-}
-
-// MaxBatch bounds a drain: the script unpacks the batch into one RPUSH, and
-// Lua's stack holds about 8000 values.
-const MaxBatch = 5000
-
-// drainScript moves up to ARGV[1] results from the head of the output list to
-// the poller's processing list, atomically, and returns the processing list.
-// If the processing list is not empty it moves nothing and returns it as it
-// is: go-redis retries a script whose reply was lost, and a second run must
-// not move a second batch behind the first one's back. Results longer than
-// ARGV[2] bytes go straight to the dead-letter list, wrapped with their
-// reason, so a huge value never travels to the poller.
-//
-// KEYS[1] output list, KEYS[2] processing list, KEYS[3] dead-letter list
-// ARGV[1] batch size, ARGV[2] max result bytes, ARGV[3] now (RFC 3339)
-// Returns {results..., oversized count} (the count is the last element).
-var drainScript = redis.NewScript(`
-local pending = redis.call('LRANGE', KEYS[2], 0, -1)
-if #pending > 0 then
-  pending[#pending + 1] = 0
-  return pending
-end
-local items = redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
-if #items == 0 then return {0} end
-redis.call('LTRIM', KEYS[1], #items, -1)
-local limit = tonumber(ARGV[2])
-local out, dead = {}, 0
-for _, v in ipairs(items) do
-  if #v > limit then
-    dead = dead + 1
-    redis.call('RPUSH', KEYS[3], cjson.encode({
-      reason = 'malformed result: ' .. #v .. ' bytes, over the limit of ' .. limit,
-      dead_at = ARGV[3], raw = v}))
-  else
-    out[#out + 1] = v
-  end
-end
-if #out > 0 then redis.call('RPUSH', KEYS[2], unpack(out)) end
-out[#out + 1] = dead
-return out
-`)
-
-// Drain returns the poller's unacknowledged batch if it has one, else moves
-// up to n results into its processing list and returns them, with the number
-// of oversized results dead-lettered on the way. The results stay in the
-// processing list until Ack.
-func (q *Queue) Drain(ctx context.Context, poller string, n, maxBytes int) (results []string, oversized int, err error) {
-	if n < 1 || n > MaxBatch {
-		return nil, 0, fmt.Errorf("drain batch %d: expected 1 to %d", n, MaxBatch)
-	}
-	keys := []string{q.names.Output, q.names.processing(poller), q.names.Dead}
-	res, err := drainScript.Run(ctx, q.rdb, keys, n, maxBytes, time.Now().UTC().Format(time.RFC3339Nano)).Slice()
-	if err != nil {
-		return nil, 0, fmt.Errorf("drain %s: %w", q.names.Output, err)
-	}
-	oversized = int(res[len(res)-1].(int64))
-	results = make([]string, 0, len(res)-1)
-	for _, v := range res[:len(res)-1] {
-		results = append(results, v.(string))
-	}
-	return results, oversized, nil
-}
-
-// Pending returns the results the poller drained and has not acknowledged:
-// after a restart with the same id, these are processed again first.
-func (q *Queue) Pending(ctx context.Context, poller string) ([]string, error) {
-	res, err := q.rdb.LRange(ctx, q.names.processing(poller), 0, -1).Result()
-	if err != nil {
-		return nil, fmt.Errorf("read processing list of poller %s: %w", poller, err)
-	}
-	return res, nil
-}
-
-// ackScript pushes the batch's dead letters and deletes the processing list,
-// but only if the list still exists, so a run retried after a lost reply
-// pushes nothing twice.
-//
-// KEYS[1] processing list, KEYS[2] dead-letter list; ARGV the dead letters.
-// Returns 1 if the batch was acknowledged now, 0 if it already was.
-var ackScript = redis.NewScript(`
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-if #ARGV > 0 then redis.call('RPUSH', KEYS[2], unpack(ARGV)) end
-redis.call('DEL', KEYS[1])
-return 1
-`)
-
-// Ack pushes the dead letters and empties the poller's processing list,
-// atomically: after it, the batch is either wholly acknowledged or not at
-// all, and acknowledging twice changes nothing.
-func (q *Queue) Ack(ctx context.Context, poller string, dead []protocol.DeadLetter) error {
-	args := make([]any, len(dead))
-	for i, d := range dead {
-		args[i] = d.Encode()
-	}
-	keys := []string{q.names.processing(poller), q.names.Dead}
-	if err := ackScript.Run(ctx, q.rdb, keys, args...).Err(); err != nil {
-		return fmt.Errorf("acknowledge batch of poller %s: %w", poller, err)
-	}
-	return nil
-}
-
-// Heartbeat registers the poller as alive until now + ttl.
-func (q *Queue) Heartbeat(ctx context.Context, poller string, ttl time.Duration) error {
-	exp := time.Now().Add(ttl).UnixMilli()
-	if err := q.rdb.ZAdd(ctx, q.names.pollers(), redis.Z{Score: float64(exp), Member: poller}).Err(); err != nil {
-		return fmt.Errorf("heartbeat of poller %s: %w", poller, err)
-	}
-	return nil
-}
-
-// recoverScript gives the results of a dead poller back to the output list,
-// at its head and in order, if the poller's lease has really expired.
-//
-// KEYS[1] output list, KEYS[2] the dead poller's processing list, KEYS[3] pollers set
-// ARGV[1] poller id, ARGV[2] now (Unix ms)
-// Returns the number of results moved, or -1 if the lease is alive again.
-var recoverScript = redis.NewScript(`
-local exp = redis.call('ZSCORE', KEYS[3], ARGV[1])
-if exp and tonumber(exp) > tonumber(ARGV[2]) then return -1 end
-local n = 0
-while redis.call('LMOVE', KEYS[2], KEYS[1], 'RIGHT', 'LEFT') do n = n + 1 end
-redis.call('ZREM', KEYS[3], ARGV[1])
-return n
-`)
-
-// RecoverExpired returns to the output list the unacknowledged results of
-// every poller whose lease expired (killed, crashed or partitioned away), and
-// reports how many results it moved.
-func (q *Queue) RecoverExpired(ctx context.Context) (int, error) {
-	now := time.Now().UnixMilli()
-	ids, err := q.rdb.ZRangeByScore(ctx, q.names.pollers(), &redis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(now, 10)}).Result()
-	if err != nil {
-		return 0, fmt.Errorf("list expired pollers: %w", err)
-	}
-	total := 0
-	for _, id := range ids {
-		n, err := q.release(ctx, id, now)
-		if err != nil {
-			return total, err
-		}
-		total += n
-	}
-	return total, nil
-}
-
-// Release hands back anything still in the poller's processing list and
-// unregisters it; a poller calls it when it stops cleanly.
-func (q *Queue) Release(ctx context.Context, poller string) (int, error) {
-	return q.release(ctx, poller, 1<<62)
-}
-
-func (q *Queue) release(ctx context.Context, poller string, now int64) (int, error) {
-	keys := []string{q.names.Output, q.names.processing(poller), q.names.pollers()}
-	n, err := recoverScript.Run(ctx, q.rdb, keys, poller, now).Int()
-	if err != nil {
-		return 0, fmt.Errorf("recover results of poller %s: %w", poller, err)
-	}
-	return max(n, 0), nil
 }
 
 // PopJob waits up to timeout (whole seconds, at least 1) for a job and

@@ -13,7 +13,7 @@ func BenchmarkCycle(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		s, _ := r.Start(State{RefreshAt: now}, now, "c1")
-		if _, _, err := r.Fail(s, now.Add(time.Minute), "c1", Failure{}); err != nil {
+		if _, _, err := r.Fail(s, now.Add(time.Minute), ReceivedAt(now.Add(time.Minute)), "c1", Failure{}); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -24,7 +24,7 @@ var (
 //   - Go: "90s", "1h30m", "0"
 //   - ISO 8601: "PT5M", "P1D", "P1W", "P1DT2H" (years and months are refused:
 //     they have no fixed length)
-//   - the seed's words: "1 minute", "5 minute", "10 minutes", "2 hours",
+//   - words: "1 minute", "5 minute", "10 minutes", "2 hours",
 //     "1 day", "1 week", also combined: "1 hour 30 minutes", "1 hour and 30 minutes"
 //
 // The error says what was wrong and what is expected.

@@ -8,7 +8,8 @@ import (
 	"time"
 )
 
-// Readable is a policy written as sentences, the seed's 'expr' form:
+// Readable is a policy written as sentences (the --expr form), as the
+// original BigTable refresh design wrote its examples:
 //
 //   - Refresh the model every 2 hours
 //   - Allow 1 hour for a response
@@ -40,6 +41,7 @@ var (
 	reWaitNext   = regexp.MustCompile("^(?:reset `?attempt_no`?|wait until (?:the )?next scheduled refresh|reset `?attempt_no`? and wait until (?:the )?next scheduled refresh)$")
 	reEmail      = regexp.MustCompile(`^(?:email|send) the customer`)
 	reHeader     = regexp.MustCompile(`^(?:retry policy|key moments):?$`)
+	reTimeSep    = regexp.MustCompile(`\s*(?:,|\band\b)\s*`)
 	reClock      = regexp.MustCompile(`^(\d{1,2})(?::(\d\d))?\s*(am|pm)?$`)
 	reNoRetry    = regexp.MustCompile(`^(?:do not|don't|never) retry$`)
 	reAlign      = regexp.MustCompile(`^(?:keep refreshes aligned with the schedule.*|start refresh every day at a specific time.*)$`)
@@ -128,7 +130,7 @@ func ParseReadable(text string, base *Policy) (Readable, error) {
 			out.Schedule = fmt.Sprintf("RRULE:FREQ=%s;INTERVAL=%d", freq, n)
 		case m(reDailyAt) != nil:
 			var hours, minutes []string
-			for _, part := range regexp.MustCompile(`\s*(?:,|\band\b)\s*`).Split(m(reDailyAt)[1], -1) {
+			for _, part := range reTimeSep.Split(m(reDailyAt)[1], -1) {
 				c := reClock.FindStringSubmatch(strings.TrimSpace(part))
 				if c == nil {
 					return out, bad("expected times such as 6 AM, 4 PM or 14:30")
@@ -315,57 +317,11 @@ func Explain(rule string, p Policy) []string {
 
 // explainStrategy describes a non-list strategy.
 func explainStrategy(s Strategy) string {
-	hd := func(d Duration) string { return HumanDuration(time.Duration(d)) }
-	msd := func(n int64) string { return HumanDuration(ms(n)) }
-	capText := ""
-	if s.Max > 0 {
-		capText = ", at most " + hd(s.Max)
+	spec, ok := kindOf(s.Kind)
+	if !ok {
+		return "Retry by the strategy " + s.Kind // Validate refuses unknown kinds
 	}
-	var line string
-	switch s.Kind {
-	case KindList:
-		parts := make([]string, len(s.Delays))
-		for i, d := range s.Delays {
-			parts[i] = hd(d)
-		}
-		line = "After failure k, retry after the k-th of: " + strings.Join(parts, ", ")
-	case KindExponential:
-		line = fmt.Sprintf("After failure k, retry after %s × %v^(k-1)%s", hd(s.Initial), s.multiplier(), capText)
-	case KindLinear:
-		line = fmt.Sprintf("After failure k, retry after %s × k%s", hd(s.Initial), capText)
-	case KindFibonacci:
-		line = fmt.Sprintf("After failure k, retry after %s × fib(k) (1, 1, 2, 3, 5, 8, ...)%s", hd(s.Unit), capText)
-	case KindProgressive:
-		var parts []string
-		for _, b := range s.bands() {
-			parts = append(parts, fmt.Sprintf("every %s while failing for less than %s", hd(b.Every), hd(b.Until)))
-		}
-		line = "Retry " + strings.Join(parts, ", ") + ", then stop retrying"
-	case KindFix:
-		line = "After each failure, retry after " + msd(s.Ms)
-	case KindRandomRange:
-		line = fmt.Sprintf("After each failure, retry after a random delay from %s to %s", msd(s.MinMs), msd(s.MaxMs))
-	case KindRandom:
-		line = fmt.Sprintf("After each failure, retry after %s ± %v%%", msd(s.BaseMs), s.Pct*100)
-	case KindRandomExpBackoff:
-		line = fmt.Sprintf("After failure k, retry after safely's exponential backoff from %s (%s, %s, %s, ...)",
-			msd(s.BaseMs), msd(ExpBackoffMs(s.BaseMs, 1, s.MaxMs)), msd(ExpBackoffMs(s.BaseMs, 2, s.MaxMs)), msd(ExpBackoffMs(s.BaseMs, 3, s.MaxMs)))
-		if s.MaxMs > 0 {
-			line += ", at most " + msd(s.MaxMs)
-		}
-		if s.Pct > 0 {
-			line += fmt.Sprintf(", ± %v%%", s.Pct*100)
-		}
-	case KindRandCycle:
-		parts := make([]string, len(s.CycleMs))
-		for i, v := range s.CycleMs {
-			parts[i] = msd(v)
-		}
-		line = "After each failure, retry after the next of " + strings.Join(parts, ", ") + " (cycling)"
-		if s.Pct > 0 {
-			line += fmt.Sprintf(", ± %v%%", s.Pct*100)
-		}
-	}
+	line := spec.explain(s)
 	if j := s.Jitter; j != nil {
 		switch j.Kind {
 		case JitterAdditive:

@@ -12,7 +12,7 @@ func TestParseReadableSeeds(t *testing.T) {
 		name, text, schedule string
 		want                 Policy
 	}{
-		{"seed 000 expr", `
+		{"the original design's expr", `
         - Refresh the model every 2 hours
         - Allow 1 hour for a response
         - On the first failure, retry immediately
@@ -35,7 +35,7 @@ func TestParseReadableSeeds(t *testing.T) {
 4. Give up after the final unsuccessful retry:
     - Disable auto-refresh.
     - Email the customer that the BigTable refresh has been disabled.`, "RRULE:FREQ=DAILY;BYHOUR=6,16;BYMINUTE=0;BYSECOND=0",
-			Policy{Timeout: Duration(time.Hour), Retries: seedDelay, Align: true, OnExhausted: Disable}},
+			Policy{Timeout: Duration(time.Hour), Retries: defaultDelays, Align: true, OnExhausted: Disable}},
 		{"give up only after a week", `
 1. Refresh BigTable twice per day at 6 AM and 4 PM
 2. Allow 1 hour to complete
@@ -52,7 +52,7 @@ func TestParseReadableSeeds(t *testing.T) {
 4. Give up after one week of unsuccessful refresh attempts:
    - Disable auto-refresh
    - Send the customer an email notifying them that BigTable refresh has been disabled`, "RRULE:FREQ=DAILY;BYHOUR=6,16;BYMINUTE=0;BYSECOND=0",
-			Policy{Timeout: Duration(time.Hour), Retries: seedDelay, Align: true, OnExhausted: WaitNext, GiveUpAfter: Duration(7 * 24 * time.Hour)}},
+			Policy{Timeout: Duration(time.Hour), Retries: defaultDelays, Align: true, OnExhausted: WaitNext, GiveUpAfter: Duration(7 * 24 * time.Hour)}},
 		{"thumbnail", `
 2. Allow 1 minute to complete.
 3. Retry policy:
@@ -97,7 +97,7 @@ func TestExplainRoundTrip(t *testing.T) {
 		p    Policy
 	}{
 		{"RRULE:FREQ=HOURLY;INTERVAL=2", Policy{Timeout: Duration(time.Hour), Retries: mins(0, 1, 5, 10, 15), Align: true, OnExhausted: Disable}},
-		{"RRULE:FREQ=DAILY;BYHOUR=6,16;BYMINUTE=0;BYSECOND=0", Policy{Timeout: Duration(90 * time.Minute), Retries: seedDelay, Align: false,
+		{"RRULE:FREQ=DAILY;BYHOUR=6,16;BYMINUTE=0;BYSECOND=0", Policy{Timeout: Duration(90 * time.Minute), Retries: defaultDelays, Align: false,
 			OnExhausted: WaitNext, GiveUpAfter: Duration(7 * 24 * time.Hour)}},
 		{"RRULE:FREQ=DAILY;BYHOUR=9,21;BYMINUTE=30;BYSECOND=0", Policy{Timeout: Duration(time.Minute), Retries: []Duration{}, Align: true, OnExhausted: Disable}},
 	}

@@ -40,13 +40,13 @@ type Policy struct {
 	// Timeout is how long one attempt may run before it counts as failed with
 	// reason "timeout". Default 1h; from 1s to 7 days.
 	Timeout Duration `json:"timeout"`
-	// Retries is the seed's list strategy in short: the delay after the
+	// Retries is the list strategy in short: the delay after the
 	// failure of attempt k (k = 1..len) is at index k-1; when attempt len+1
 	// fails the retries are exhausted. Default [0s 1m 5m 15m 30m 1h]. Each
 	// from 0 to 365 days, at most 100 entries. Ignored when Strategy is set.
 	Retries []Duration `json:"retries"`
 	// Strategy is any other retry strategy (exponential, fibonacci, the
-	// safely family, ...); nil means the Retries list.
+	// safely family of docs/design.md, ...); nil means the Retries list.
 	Strategy *Strategy `json:"strategy,omitempty"`
 	// Align keeps refreshes aligned with the schedule: a retry that would
 	// start after, or still be running at, the next planned refresh is moved
@@ -59,7 +59,8 @@ type Policy struct {
 	GiveUpAfter Duration `json:"give_up_after,omitempty"`
 }
 
-// DefaultPolicy returns the policy of the seed's twice-a-day example: timeout
+// DefaultPolicy returns the policy of the original BigTable refresh design
+// (docs/design.md, "Words"): timeout
 // 1h, retries [0, 1m, 5m, 15m, 30m, 1h], aligned, disable when exhausted.
 func DefaultPolicy() Policy {
 	return Policy{

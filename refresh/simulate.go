@@ -132,7 +132,7 @@ func Simulate(r Rules, start time.Time, opt SimOptions) Plan {
 		switch a.Outcome {
 		case OutcomeSuccess:
 			a.End = now.Add(after)
-			s, _ = r.Succeed(s, a.End, uid)
+			s, _ = r.Succeed(s, a.End, ReceivedAt(a.End), uid)
 			a.Why = "success: next planned refresh"
 			if s.RefreshAt.IsZero() {
 				a.Why = "success: no planned refresh"
@@ -143,7 +143,7 @@ func Simulate(r Rules, start time.Time, opt SimOptions) Plan {
 			a.Why = a.Step.String()
 		default:
 			a.End = now.Add(after)
-			s, a.Step, _ = r.Fail(s, a.End, uid, Failure{NotRetryable: o.Kind == OutcomeNotRetryable, Draw: opt.Draw()})
+			s, a.Step, _ = r.Fail(s, a.End, ReceivedAt(a.End), uid, Failure{NotRetryable: o.Kind == OutcomeNotRetryable, Draw: opt.Draw()})
 			a.Why = a.Step.String()
 		}
 		a.RefreshAt, a.Disabled, a.Reason = s.RefreshAt, s.Disabled, s.DisabledReason

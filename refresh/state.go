@@ -1,5 +1,5 @@
 // Package refresh is the pure core of bigtables: the refresh-retry state
-// machine of the seed design, its policies and durations. It imports no
+// machine (docs/design.md, "Transitions"), its policies and durations. It imports no
 // database or Redis code and never reads the clock: every transition takes
 // now as an argument and returns the new state as a value, which the store
 // applies in one guarded statement.
@@ -46,6 +46,43 @@ type State struct {
 // Running reports whether an attempt is in progress.
 func (s State) Running() bool { return s.AttemptUID != "" }
 
+// Phase is where a record stands, in one word, for people: list and plan
+// print it. More phases may come (paused, parked); code that acts on a
+// record reads the state's fields, not its phase.
+type Phase string
+
+// The phases of a record.
+const (
+	// PhaseDisabled: a final failure disabled the record until an update.
+	PhaseDisabled Phase = "disabled"
+	// PhaseRunning: an attempt is in progress.
+	PhaseRunning Phase = "running"
+	// PhaseIdle: nothing is planned (a one-off record that succeeded, or a
+	// schedule with no more occurrences).
+	PhaseIdle Phase = "idle"
+	// PhaseRetrying: an attempt failed since the last success and the next
+	// one (at RefreshAt) is its retry.
+	PhaseRetrying Phase = "retrying"
+	// PhaseWaiting: healthy, waiting for the next planned refresh.
+	PhaseWaiting Phase = "waiting"
+)
+
+// Phase returns the record's phase. Disabled wins over everything, then a
+// running attempt, then what is planned.
+func (s State) Phase() Phase {
+	switch {
+	case s.Disabled:
+		return PhaseDisabled
+	case s.Running():
+		return PhaseRunning
+	case s.RefreshAt.IsZero():
+		return PhaseIdle
+	case s.AttemptNo > 0:
+		return PhaseRetrying
+	}
+	return PhaseWaiting
+}
+
 // Due reports whether the scheduler should start an attempt at now.
 func (s State) Due(now time.Time) bool {
 	return !s.Disabled && !s.Running() && !s.RefreshAt.IsZero() && !s.RefreshAt.After(now)
@@ -68,9 +105,9 @@ var (
 	// ErrStale means a result names an attempt that is not the record's
 	// running attempt (superseded, timed out, or already applied).
 	ErrStale = errors.New("stale attempt")
-	// ErrLate means a result came after its attempt's deadline: the attempt
-	// counts as timed out (the scheduler applies that), so the result is
-	// stale. It wraps ErrStale.
+	// ErrLate means a result reached the output list after its attempt's
+	// deadline (see Received): the attempt counts as timed out (the
+	// scheduler applies that), so the result is stale. It wraps ErrStale.
 	ErrLate = fmt.Errorf("%w: the attempt's deadline has passed", ErrStale)
 	// ErrNotDue means Start was asked for a record that is disabled, already
 	// running or not yet due.
@@ -78,7 +115,8 @@ var (
 )
 
 // NewAttemptUID returns a new attempt id: a cuid drawn from crypto/rand, so
-// replicas started in the same second cannot collide (LIBRARY-NOTES.md).
+// replicas started in the same second cannot collide (cuid.New seeds its
+// randomness with the start second; docs/design.md, "lucsky/cuid").
 func NewAttemptUID() string {
 	id, err := cuid.NewCrypto(rand.Reader)
 	if err != nil {
@@ -103,27 +141,67 @@ func (r Rules) Start(s State, now time.Time, attemptUID string) (State, error) {
 	return s, nil
 }
 
-// current checks that a worker's result at now is for the running attempt
-// and came before its deadline.
-func (s State) current(now time.Time, attemptUID string) error {
+// Received bounds when a worker's result reached the output list, in the
+// clock of the queue (Redis's TIME), never in a process's clock. A result is
+// judged on time or late by these bounds, not by when it is applied: an
+// outage, a backlog or a frozen poller of ours never turns an on-time answer
+// into a timeout.
+type Received struct {
+	// After: the result was pushed after this instant (the output list was
+	// empty then). Zero when unknown.
+	After time.Time
+	// By: the result had been pushed by this instant (when it was drained).
+	By time.Time
+	// MaxWait bounds how long after the deadline an on-time result may still
+	// be applied: a result drained (By) at or after deadline + MaxWait is
+	// late whatever After says. Zero means no bound.
+	MaxWait time.Duration
+}
+
+// DefaultMaxResultWait is the default Received.MaxWait: how long after an
+// attempt's deadline a result that reached the output list in time may still
+// be applied, and so how long the scheduler may hold the attempt's timeout
+// while pollers are down or behind.
+const DefaultMaxResultWait = time.Hour
+
+// ReceivedAt is a result known to have reached the output list at t.
+func ReceivedAt(t time.Time) Received { return Received{After: t, By: t} }
+
+// Late reports whether a result received as r counts as pushed at or after
+// deadline: known to be pushed after an instant at or past the deadline, or
+// drained MaxWait or more after it. A zero deadline is never passed.
+func (r Received) Late(deadline time.Time) bool {
+	if deadline.IsZero() {
+		return false
+	}
+	if !r.After.IsZero() && !r.After.Before(deadline) {
+		return true
+	}
+	return r.MaxWait > 0 && !r.By.IsZero() && !r.By.Before(deadline.Add(r.MaxWait))
+}
+
+// current checks that a worker's result received as rcv is for the running
+// attempt and reached the output list before its deadline.
+func (s State) current(rcv Received, attemptUID string) error {
 	if !s.Running() || s.AttemptUID != attemptUID {
 		return ErrStale
 	}
-	if s.TimedOut(now) {
+	if rcv.Late(s.DeadlineAt) {
 		return ErrLate
 	}
 	return nil
 }
 
-// Status checks that a worker's progress report at now is for the running
-// attempt; the caller then stores its message.
-func (s State) Status(now time.Time, attemptUID string) error { return s.current(now, attemptUID) }
+// Status checks that a worker's progress report, received as rcv, is for the
+// running attempt and on time; the caller then stores its message.
+func (s State) Status(rcv Received, attemptUID string) error { return s.current(rcv, attemptUID) }
 
-// Succeed applies a success of the running attempt attemptUID: attempt_no
-// back to 0 and refresh_at the first planned refresh after now. A success
-// after the deadline is ErrLate.
-func (r Rules) Succeed(s State, now time.Time, attemptUID string) (State, error) {
-	if err := s.current(now, attemptUID); err != nil {
+// Succeed applies, at now, a success of the running attempt attemptUID
+// received as rcv: attempt_no back to 0 and refresh_at the first planned
+// refresh after now. A success that reached the output list at or after the
+// deadline is ErrLate.
+func (r Rules) Succeed(s State, now time.Time, rcv Received, attemptUID string) (State, error) {
+	if err := s.current(rcv, attemptUID); err != nil {
 		return s, err
 	}
 	s = s.clearAttempt()
@@ -184,10 +262,11 @@ type Step struct {
 	Planned  time.Time
 }
 
-// Fail applies a worker's failure of the running attempt attemptUID at now.
-// A failure after the deadline is ErrLate.
-func (r Rules) Fail(s State, now time.Time, attemptUID string, f Failure) (State, Step, error) {
-	if err := s.current(now, attemptUID); err != nil {
+// Fail applies, at now, a worker's failure of the running attempt attemptUID
+// received as rcv. A failure that reached the output list at or after the
+// deadline is ErrLate.
+func (r Rules) Fail(s State, now time.Time, rcv Received, attemptUID string, f Failure) (State, Step, error) {
+	if err := s.current(rcv, attemptUID); err != nil {
 		return s, Step{}, err
 	}
 	return r.fail(s, now, f)
@@ -250,7 +329,8 @@ func (r Rules) fail(s State, now time.Time, f Failure) (State, Step, error) {
 }
 
 // final disables the record. The reason shown is the worker's user-friendly
-// reason if it gave one, else why, else the seed's default text.
+// reason if it gave one, else why, else "Cannot refresh BigTable after N
+// attempt(s)" (docs/design.md, T5).
 func final(s State, workerReason, why string) State {
 	s.RefreshAt = time.Time{}
 	s.DeadlineAt = time.Time{}

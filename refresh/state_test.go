@@ -31,10 +31,10 @@ func mins(ds ...int) []Duration {
 }
 
 var (
-	twiceADay = schedule.MustParse("DTSTART:20240101T060000Z\nRRULE:FREQ=DAILY;BYHOUR=6,16")
-	every30m  = schedule.MustParse("DTSTART:20240101T000000Z\nRRULE:FREQ=MINUTELY;INTERVAL=30")
-	at2PM     = schedule.MustParse("DTSTART:20240101T140000Z\nRRULE:FREQ=DAILY")
-	seedDelay = mins(0, 1, 5, 15, 30, 60)
+	twiceADay     = schedule.MustParse("DTSTART:20240101T060000Z\nRRULE:FREQ=DAILY;BYHOUR=6,16")
+	every30m      = schedule.MustParse("DTSTART:20240101T000000Z\nRRULE:FREQ=MINUTELY;INTERVAL=30")
+	at2PM         = schedule.MustParse("DTSTART:20240101T140000Z\nRRULE:FREQ=DAILY")
+	defaultDelays = mins(0, 1, 5, 15, 30, 60)
 )
 
 func policy(timeout time.Duration, retries []Duration) Policy {
@@ -52,19 +52,19 @@ func TestStart(t *testing.T) {
 		wantNo    int
 		wantDeadl time.Time
 	}{
-		{"seed: 06:00 start, deadline 07:00, next 16:00", Rules{twiceADay, policy(time.Hour, seedDelay)},
+		{"06:00 start, deadline 07:00, next 16:00", Rules{twiceADay, policy(time.Hour, defaultDelays)},
 			State{RefreshAt: at("06:00")}, at("06:00"), nil, at("16:00"), 1, at("07:00")},
-		{"every 30m with 1h timeout: next after the deadline", Rules{every30m, policy(time.Hour, seedDelay)},
+		{"every 30m with 1h timeout: next after the deadline", Rules{every30m, policy(time.Hour, defaultDelays)},
 			State{RefreshAt: at("08:00")}, at("08:00"), nil, at("09:30"), 1, at("09:00")},
-		{"one-off record: nothing planned after", Rules{nil, policy(time.Minute, seedDelay)},
+		{"one-off record: nothing planned after", Rules{nil, policy(time.Minute, defaultDelays)},
 			State{RefreshAt: at("10:00"), AttemptNo: 2}, at("10:05"), nil, time.Time{}, 3, at("10:06")},
-		{"not yet due", Rules{twiceADay, policy(time.Hour, seedDelay)},
+		{"not yet due", Rules{twiceADay, policy(time.Hour, defaultDelays)},
 			State{RefreshAt: at("06:00")}, at("05:59"), ErrNotDue, at("06:00"), 0, time.Time{}},
-		{"disabled", Rules{twiceADay, policy(time.Hour, seedDelay)},
+		{"disabled", Rules{twiceADay, policy(time.Hour, defaultDelays)},
 			State{RefreshAt: at("06:00"), Disabled: true}, at("07:00"), ErrNotDue, at("06:00"), 0, time.Time{}},
-		{"already running", Rules{twiceADay, policy(time.Hour, seedDelay)},
+		{"already running", Rules{twiceADay, policy(time.Hour, defaultDelays)},
 			State{RefreshAt: at("06:00"), AttemptUID: "x", AttemptNo: 1}, at("07:00"), ErrNotDue, at("06:00"), 1, time.Time{}},
-		{"nothing planned", Rules{twiceADay, policy(time.Hour, seedDelay)},
+		{"nothing planned", Rules{twiceADay, policy(time.Hour, defaultDelays)},
 			State{}, at("07:00"), ErrNotDue, time.Time{}, 0, time.Time{}},
 	}
 	for _, tt := range tests {
@@ -85,42 +85,75 @@ func TestStart(t *testing.T) {
 }
 
 func TestSucceed(t *testing.T) {
-	r := Rules{every30m, policy(time.Hour, seedDelay)}
+	r := Rules{every30m, policy(time.Hour, defaultDelays)}
 	running := State{AttemptUID: "a", AttemptNo: 3, StartedAt: at("08:00"), DeadlineAt: at("09:00"),
 		RefreshAt: at("09:30"), FailingSince: at("07:00")}
-	got, err := r.Succeed(running, at("08:10"), "a")
+	got, err := r.Succeed(running, at("08:10"), ReceivedAt(at("08:10")), "a")
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The seed: a 10-minute refresh with a 1h timeout every 30 min is next at
+	// A 10-minute refresh with a 1h timeout every 30 min is next at
 	// 08:30, not after the timeout.
 	want := State{RefreshAt: at("08:30")}
 	if got != want {
 		t.Errorf("Succeed = %+v; want %+v", got, want)
 	}
-	if _, err := r.Succeed(running, at("08:10"), "b"); !errors.Is(err, ErrStale) {
+	if _, err := r.Succeed(running, at("08:10"), ReceivedAt(at("08:10")), "b"); !errors.Is(err, ErrStale) {
 		t.Errorf("Succeed with another uid: err = %v; want ErrStale", err)
 	}
-	if _, err := r.Succeed(got, at("08:11"), "a"); !errors.Is(err, ErrStale) {
+	if _, err := r.Succeed(got, at("08:11"), ReceivedAt(at("08:11")), "a"); !errors.Is(err, ErrStale) {
 		t.Errorf("replayed success: err = %v; want ErrStale", err)
 	}
 	// At or after the deadline the attempt has timed out: the result is late.
-	if _, err := r.Succeed(running, at("09:00"), "a"); !errors.Is(err, ErrLate) || !errors.Is(err, ErrStale) {
+	if _, err := r.Succeed(running, at("09:00"), ReceivedAt(at("09:00")), "a"); !errors.Is(err, ErrLate) || !errors.Is(err, ErrStale) {
 		t.Errorf("success at the deadline: err = %v; want ErrLate (a kind of ErrStale)", err)
 	}
-	if _, _, err := r.Fail(running, at("09:01"), "a", Failure{}); !errors.Is(err, ErrLate) {
+	if _, _, err := r.Fail(running, at("09:01"), ReceivedAt(at("09:01")), "a", Failure{}); !errors.Is(err, ErrLate) {
 		t.Errorf("failure after the deadline: err = %v; want ErrLate", err)
 	}
-	if err := running.Status(at("09:01"), "a"); !errors.Is(err, ErrLate) {
+	if err := running.Status(ReceivedAt(at("09:01")), "a"); !errors.Is(err, ErrLate) {
 		t.Errorf("status after the deadline: err = %v; want ErrLate", err)
 	}
-	if err := running.Status(at("08:59"), "a"); err != nil {
+	if err := running.Status(ReceivedAt(at("08:59")), "a"); err != nil {
 		t.Errorf("status before the deadline: %v", err)
 	}
 }
 
+// Lateness is judged by when the result reached the output list, not by
+// when it is applied: a success pushed before the deadline and applied long
+// after it (a poller outage) is on time.
+func TestReceivedLate(t *testing.T) {
+	r := Rules{every30m, policy(time.Hour, defaultDelays)}
+	running := State{AttemptUID: "a", AttemptNo: 1, StartedAt: at("08:00"), DeadlineAt: at("09:00"), RefreshAt: at("09:30")}
+	tests := []struct {
+		name string
+		rcv  Received
+		late bool
+	}{
+		{"pushed after 08:59, drained at 09:20", Received{After: at("08:59"), By: at("09:20"), MaxWait: time.Hour}, false},
+		{"pushed after the deadline", Received{After: at("09:00"), By: at("09:01"), MaxWait: time.Hour}, true},
+		{"drained at the bound", Received{After: at("08:00"), By: at("10:00"), MaxWait: time.Hour}, true},
+		{"drained just within the bound", Received{After: at("08:00"), By: at("09:59"), MaxWait: time.Hour}, false},
+		{"no lower bound known", Received{By: at("09:30"), MaxWait: time.Hour}, false},
+		{"no bound at all", Received{By: at("23:00")}, false},
+	}
+	for _, tt := range tests {
+		if got := tt.rcv.Late(running.DeadlineAt); got != tt.late {
+			t.Errorf("%s: Late = %v; want %v", tt.name, got, tt.late)
+		}
+		// Applied at 09:45 (the poller's clock is past the deadline in every case).
+		_, err := r.Succeed(running, at("09:45"), tt.rcv, "a")
+		if late := errors.Is(err, ErrLate); late != tt.late || (err != nil && !late) {
+			t.Errorf("%s: Succeed err = %v; want late %v", tt.name, err, tt.late)
+		}
+	}
+	if (Received{After: at("23:00"), By: at("23:00")}).Late(time.Time{}) {
+		t.Error("a zero deadline is never passed")
+	}
+}
+
 func TestTimeOut(t *testing.T) {
-	r := Rules{twiceADay, policy(time.Hour, seedDelay)}
+	r := Rules{twiceADay, policy(time.Hour, defaultDelays)}
 	running := State{AttemptUID: "a", AttemptNo: 1, StartedAt: at("06:00"), DeadlineAt: at("07:00"), RefreshAt: at("16:00")}
 	if _, _, err := r.TimeOut(running, at("06:59"), 0); !errors.Is(err, ErrNotDue) {
 		t.Errorf("TimeOut before the deadline: %v; want ErrNotDue", err)
@@ -137,7 +170,7 @@ func TestFail(t *testing.T) {
 	}
 	noAlign := policy(2*time.Hour, mins(30))
 	noAlign.Align = false
-	waitNext := policy(time.Hour, seedDelay)
+	waitNext := policy(time.Hour, defaultDelays)
 	waitNext.OnExhausted = WaitNext
 	tests := []struct {
 		name       string
@@ -150,28 +183,28 @@ func TestFail(t *testing.T) {
 		wantNo     int
 		wantReason string
 	}{
-		{"seed worked example: retry at once", Rules{twiceADay, policy(time.Hour, seedDelay)},
+		{"worked example: retry at once", Rules{twiceADay, policy(time.Hour, defaultDelays)},
 			running(1, "06:00"), at("06:10"), Failure{}, Retry, at("06:10"), 1, ""},
-		{"second failure: 1 minute", Rules{twiceADay, policy(time.Hour, seedDelay)},
+		{"second failure: 1 minute", Rules{twiceADay, policy(time.Hour, defaultDelays)},
 			running(2, "06:10"), at("06:12"), Failure{}, Retry, at("06:13"), 2, ""},
-		{"timeout 10h overlaps 16:00: planned refresh is the retry", Rules{twiceADay, policy(10*time.Hour, seedDelay)},
+		{"timeout 10h overlaps 16:00: planned refresh is the retry", Rules{twiceADay, policy(10*time.Hour, defaultDelays)},
 			running(1, "06:00"), at("06:10"), Failure{}, AlignedOverlap, at("16:00"), 1, ""},
-		{"retry after the planned refresh: wait less", Rules{twiceADay, policy(time.Minute, seedDelay)},
+		{"retry after the planned refresh: wait less", Rules{twiceADay, policy(time.Minute, defaultDelays)},
 			running(6, "15:30"), at("15:31"), Failure{}, AlignedAfter, at("16:00"), 6, ""},
-		{"seed 2PM: retry at 1:30PM with 2h timeout moves to 2PM", Rules{at2PM, policy(2*time.Hour, mins(30))},
+		{"2PM: retry at 1:30PM with 2h timeout moves to 2PM", Rules{at2PM, policy(2*time.Hour, mins(30))},
 			running(1, "12:30"), at("13:00"), Failure{}, AlignedOverlap, at("14:00"), 1, ""},
-		{"seed 2PM without align: retry at 1:30PM", Rules{at2PM, noAlign},
+		{"2PM without align: retry at 1:30PM", Rules{at2PM, noAlign},
 			running(1, "12:30"), at("13:00"), Failure{}, Retry, at("13:30"), 1, ""},
 		{"no planned refresh: after the delay", Rules{nil, policy(time.Minute, mins(0, 1, 5))},
 			running(3, "10:00"), at("10:01"), Failure{}, RetryNoPlan, at("10:06"), 3, ""},
-		{"seventh failed attempt disables", Rules{twiceADay, policy(time.Hour, seedDelay)},
+		{"seventh failed attempt disables", Rules{twiceADay, policy(time.Hour, defaultDelays)},
 			running(7, "08:00"), at("08:30"), Failure{}, Exhausted, time.Time{}, 7, "Cannot refresh BigTable after 7 attempt(s)"},
-		{"exhausted uses the worker's reason", Rules{twiceADay, policy(time.Hour, seedDelay)},
+		{"exhausted uses the worker's reason", Rules{twiceADay, policy(time.Hour, defaultDelays)},
 			running(7, "08:00"), at("08:30"), Failure{Reason: "Upstream is gone"}, Exhausted, time.Time{}, 7, "Upstream is gone"},
-		{"not retryable is final at once", Rules{twiceADay, policy(time.Hour, seedDelay)},
+		{"not retryable is final at once", Rules{twiceADay, policy(time.Hour, defaultDelays)},
 			running(1, "06:00"), at("06:01"), Failure{NotRetryable: true, Reason: "Provided URL is invalid: https://example.com/broken"},
 			NotRetryable, time.Time{}, 1, "Provided URL is invalid: https://example.com/broken"},
-		{"not retryable without reason", Rules{twiceADay, policy(time.Hour, seedDelay)},
+		{"not retryable without reason", Rules{twiceADay, policy(time.Hour, defaultDelays)},
 			running(2, "06:00"), at("06:01"), Failure{NotRetryable: true}, NotRetryable, time.Time{}, 2, "Cannot refresh BigTable after 2 attempt(s)"},
 		{"wait_next: reset and wait for the planned refresh", Rules{twiceADay, waitNext},
 			running(7, "08:00"), at("08:30"), Failure{}, WaitingNext, at("16:00"), 0, ""},
@@ -180,7 +213,7 @@ func TestFail(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, step, err := tt.rules.Fail(tt.state, tt.now, "a", tt.failure)
+			got, step, err := tt.rules.Fail(tt.state, tt.now, ReceivedAt(tt.now), "a", tt.failure)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -195,7 +228,7 @@ func TestFail(t *testing.T) {
 			}
 		})
 	}
-	if _, _, err := (Rules{twiceADay, policy(time.Hour, seedDelay)}).Fail(running(1, "06:00"), at("06:10"), "other", Failure{}); !errors.Is(err, ErrStale) {
+	if _, _, err := (Rules{twiceADay, policy(time.Hour, defaultDelays)}).Fail(running(1, "06:00"), at("06:10"), ReceivedAt(at("06:10")), "other", Failure{}); !errors.Is(err, ErrStale) {
 		t.Errorf("Fail with another uid: %v; want ErrStale", err)
 	}
 }
@@ -236,11 +269,11 @@ func simulate(t *testing.T, r Rules, s State, events []event) (State, []string) 
 		uid := s.AttemptUID
 		switch ev.outcome {
 		case "ok":
-			s, err = r.Succeed(s, now.Add(ev.after), uid)
+			s, err = r.Succeed(s, now.Add(ev.after), ReceivedAt(now.Add(ev.after)), uid)
 			log = append(log, "ok")
 		case "fail":
 			var step Step
-			s, step, err = r.Fail(s, now.Add(ev.after), uid, Failure{Message: "boom"})
+			s, step, err = r.Fail(s, now.Add(ev.after), ReceivedAt(now.Add(ev.after)), uid, Failure{Message: "boom"})
 			log = append(log, string(step.Decision))
 		case "timeout":
 			var step Step
@@ -271,7 +304,7 @@ func TestSeedScenarios(t *testing.T) {
 		}
 	})
 	t.Run("twice a day, give up after the sixth retry", func(t *testing.T) {
-		r := Rules{twiceADay, policy(time.Hour, seedDelay)}
+		r := Rules{twiceADay, policy(time.Hour, defaultDelays)}
 		s, log := simulate(t, r, State{RefreshAt: at("06:00")}, []event{
 			{"fail", time.Minute}, {"fail", time.Minute}, {"fail", time.Minute}, {"fail", time.Minute},
 			{"fail", time.Minute}, {"fail", time.Minute}, {"fail", time.Minute},
@@ -291,7 +324,7 @@ func TestSeedScenarios(t *testing.T) {
 		}
 	})
 	t.Run("twice a day, reset and wait, give up after a week", func(t *testing.T) {
-		p := policy(time.Hour, seedDelay)
+		p := policy(time.Hour, defaultDelays)
 		p.OnExhausted = WaitNext
 		p.GiveUpAfter = Duration(7 * 24 * time.Hour)
 		r := Rules{twiceADay, p}
@@ -321,7 +354,7 @@ func TestSeedScenarios(t *testing.T) {
 		}
 	})
 	t.Run("every 30 min with 1h timeout", func(t *testing.T) {
-		r := Rules{every30m, policy(time.Hour, seedDelay)}
+		r := Rules{every30m, policy(time.Hour, defaultDelays)}
 		_, log := simulate(t, r, State{RefreshAt: at("08:00")}, []event{
 			{"ok", 10 * time.Minute}, {"timeout", 0}, {"ok", 5 * time.Minute},
 		})
@@ -342,5 +375,26 @@ func TestNewAttemptUID(t *testing.T) {
 			t.Fatalf("bad or repeated uid %q", id)
 		}
 		seen[id] = true
+	}
+}
+
+func TestPhase(t *testing.T) {
+	at := time.Date(2024, 3, 4, 6, 0, 0, 0, time.UTC)
+	tests := []struct {
+		s    State
+		want Phase
+	}{
+		{State{RefreshAt: at}, PhaseWaiting},
+		{State{RefreshAt: at, AttemptNo: 2}, PhaseRetrying},
+		{State{RefreshAt: at, AttemptUID: "a", AttemptNo: 1, DeadlineAt: at}, PhaseRunning},
+		{State{AttemptUID: "a", AttemptNo: 3, DeadlineAt: at}, PhaseRunning},
+		{State{}, PhaseIdle},
+		{State{Disabled: true, DisabledReason: "x", AttemptNo: 7}, PhaseDisabled},
+		{State{Disabled: true, AttemptUID: "a", RefreshAt: at}, PhaseDisabled},
+	}
+	for _, tt := range tests {
+		if got := tt.s.Phase(); got != tt.want {
+			t.Errorf("%+v.Phase() = %s; want %s", tt.s, got, tt.want)
+		}
 	}
 }

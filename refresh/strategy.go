@@ -14,14 +14,16 @@ import (
 // Strategy kinds. Each answers one question: after the failure of attempt k,
 // how long to wait, or are the retries exhausted. Alignment with the
 // schedule, timeouts, on_exhausted and give_up_after are the state machine's
-// and apply to every kind alike.
+// and apply to every kind alike. Each kind's rules are its entry in the
+// table kinds (kinds.go); docs/design.md, "Retry strategies".
 const (
-	KindList        = "list"        // seed 000: explicit delays
-	KindExponential = "exponential" // seed 002: min(initial * multiplier^(k-1), max)
-	KindLinear      = "linear"      // seed 002: min(initial * k, max)
-	KindFibonacci   = "fibonacci"   // seed 001: unit * fib(k), fib = 1, 1, 2, 3, 5, ...
-	KindProgressive = "progressive" // seed 001: the interval grows with how long the record has failed
-	// The safely family (seed 003), in milliseconds as there.
+	KindList        = "list"        // explicit delays: delays[k-1], exhausted after len+1 attempts
+	KindExponential = "exponential" // min(initial * multiplier^(k-1), max)
+	KindLinear      = "linear"      // min(initial * k, max)
+	KindFibonacci   = "fibonacci"   // unit * fib(k), fib = 1, 1, 2, 3, 5, ...
+	KindProgressive = "progressive" // the interval grows with how long the record has failed
+	// The safely family (docs/design.md, "Words"): delays in milliseconds,
+	// max_retry retries.
 	KindFix              = "fix"
 	KindRandomRange      = "random-range"
 	KindRandom           = "random"
@@ -31,7 +33,7 @@ const (
 
 // Jitter kinds, for list, exponential, linear and fibonacci.
 const (
-	JitterAdditive     = "additive"     // d + rand[0, d*fraction), still capped by max (seed 002)
+	JitterAdditive     = "additive"     // d + rand[0, d*fraction), still capped by max
 	JitterFull         = "full"         // rand[0, d)
 	JitterEqual        = "equal"        // d/2 + rand[0, d/2)
 	JitterDecorrelated = "decorrelated" // min(max, rand[initial, previous*3)) (AWS)
@@ -44,7 +46,7 @@ type Band struct {
 	Every Duration `json:"every"`
 }
 
-// SeedBands are seed 001's progressive schedule: every 5 minutes during the
+// SeedBands are the default progressive schedule: every 5 minutes during the
 // first day, hourly to 7 days, every 12 hours to 14 days, daily to 30 days,
 // every 96 hours to 180 days, every 192 hours to 360 days, then give up.
 func SeedBands() []Band {
@@ -59,7 +61,7 @@ func SeedBands() []Band {
 type Jitter struct {
 	Kind string `json:"kind"`
 	// Fraction, for additive jitter: the added delay is below d*fraction.
-	// Default 0.25 (seed 002).
+	// Default 0.25.
 	Fraction float64 `json:"fraction,omitempty"`
 }
 
@@ -78,7 +80,7 @@ type Strategy struct {
 	Bands       []Band     `json:"bands,omitempty"`        // progressive (default SeedBands)
 	Jitter      *Jitter    `json:"jitter,omitempty"`
 
-	// The safely family, in milliseconds.
+	// The safely family (docs/design.md, "Words"), in milliseconds.
 	Ms       int64   `json:"ms,omitempty"`        // fix
 	MinMs    int64   `json:"min_ms,omitempty"`    // random-range
 	MaxMs    int64   `json:"max_ms,omitempty"`    // random-range; cap for random-exp-backoff
@@ -103,7 +105,8 @@ type Input struct {
 	Draw float64
 }
 
-// ListStrategy returns the seed's explicit list strategy.
+// ListStrategy returns the list strategy: explicit delays, the form of the
+// default policy.
 func ListStrategy(delays ...Duration) Strategy {
 	return Strategy{Kind: KindList, Delays: append([]Duration{}, delays...)}
 }
@@ -144,50 +147,16 @@ func (s Strategy) capped(d float64) time.Duration {
 
 // base is the strategy's delay before jitter.
 func (s Strategy) base(k int, in Input) (time.Duration, bool) {
-	switch s.Kind {
-	case KindList:
-		if k > len(s.Delays) {
-			return 0, false
-		}
-		return time.Duration(s.Delays[k-1]), true
-	case KindExponential, KindLinear, KindFibonacci:
-		if k >= s.MaxAttempts {
-			return 0, false
-		}
-		switch s.Kind {
-		case KindExponential:
-			return s.capped(float64(s.Initial) * math.Pow(s.multiplier(), float64(k-1))), true
-		case KindLinear:
-			return s.capped(float64(s.Initial) * float64(k)), true
-		default:
-			return s.capped(float64(s.Unit) * fib(k)), true
-		}
-	case KindProgressive:
-		for _, b := range s.bands() {
-			if in.FailingFor < time.Duration(b.Until) {
-				return time.Duration(b.Every), true
-			}
-		}
-		return 0, false
+	spec, ok := kindOf(s.Kind)
+	if !ok {
+		return 0, false // Validate refuses unknown kinds
 	}
 	// The safely family: max_retry retries, so the failure of attempt
 	// max_retry+1 exhausts.
-	if s.MaxRetry == nil || k > *s.MaxRetry {
+	if spec.safely && (s.MaxRetry == nil || k > *s.MaxRetry) {
 		return 0, false
 	}
-	switch s.Kind {
-	case KindFix:
-		return ms(s.Ms), true
-	case KindRandomRange:
-		return ms(s.MinMs + int64(in.Draw*float64(s.MaxMs-s.MinMs))), true
-	case KindRandom:
-		return ms(safelyRandom(s.BaseMs, s.Pct, in.Draw)), true
-	case KindRandomExpBackoff:
-		return ms(safelyRandom(ExpBackoffMs(s.BaseMs, k, s.MaxMs), s.Pct, in.Draw)), true
-	case KindRandCycle:
-		return ms(safelyRandom(s.CycleMs[(k-1)%len(s.CycleMs)], s.Pct, in.Draw)), true
-	}
-	return 0, false // Validate refuses unknown kinds
+	return spec.delay(s, k, in)
 }
 
 func (s Strategy) multiplier() float64 {
@@ -204,14 +173,15 @@ func (s Strategy) bands() []Band {
 	return s.Bands
 }
 
-// safelyRandom is safely's ":random base :+/- pct": uniform in
+// safelyRandom is the safely family's "random base +/- pct": uniform in
 // [base - int(base*pct), base + int(base*pct)).
 func safelyRandom(base int64, pct, draw float64) int64 {
 	spread := int64(float64(base) * pct)
 	return base - spread + int64(draw*float64(2*spread))
 }
 
-// ExpBackoffMs is safely's exponential sequence, in exact arithmetic: with
+// ExpBackoffMs is the safely family's exponential sequence, in exact
+// arithmetic: with
 // size = floor(log10 base) and factor = 10^size, the delay after failure k is
 // floor(factor * (base/factor)^k), capped by maxMs when maxMs > 0. Base 3000
 // gives 3000, 9000, 27000, 81000, 243000; base 200 gives 200, 400, 800.
@@ -277,209 +247,78 @@ func (s Strategy) jitter(d time.Duration, in Input) time.Duration {
 
 // Validate names the first field that breaks a rule of the kind.
 func (s Strategy) Validate() error {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: strategy %s", ErrInvalidPolicy, fmt.Sprintf(format, args...))
-	}
-	allowed := map[string][]string{
-		KindList:             {"delays", "jitter"},
-		KindExponential:      {"initial", "multiplier", "max", "max_attempts", "jitter"},
-		KindLinear:           {"initial", "max", "max_attempts", "jitter"},
-		KindFibonacci:        {"unit", "max", "max_attempts", "jitter"},
-		KindProgressive:      {"bands"},
-		KindFix:              {"ms", "max_retry"},
-		KindRandomRange:      {"min_ms", "max_ms", "max_retry"},
-		KindRandom:           {"base_ms", "pct", "max_retry"},
-		KindRandomExpBackoff: {"base_ms", "pct", "max_ms", "max_retry"},
-		KindRandCycle:        {"cycle_ms", "pct", "max_retry"},
-	}
-	fields, ok := allowed[s.Kind]
+	spec, ok := kindOf(s.Kind)
 	if !ok {
-		return bad("kind %q: expected one of list, exponential, linear, fibonacci, progressive, fix, random-range, random, random-exp-backoff, rand-cycle", s.Kind)
+		return badStrategy("kind %q: expected one of %s", s.Kind, kindNames())
 	}
 	for _, f := range s.setFields() {
-		if !slices.Contains(fields, f) {
-			return bad("%s: field %s does not apply (it takes %s)", s.Kind, f, strings.Join(fields, ", "))
+		if !slices.Contains(spec.fields, f) {
+			return badStrategy("%s: field %s does not apply (it takes %s)", s.Kind, f, strings.Join(spec.fields, ", "))
 		}
 	}
-	positive := func(name string, d Duration) error {
-		if d <= 0 || d > Duration(MaxDelay) {
-			return bad("%s: %s %s: expected more than 0s and at most 365 days", s.Kind, name, d)
-		}
-		return nil
-	}
-	attempts := func() error {
-		if s.MaxAttempts < 1 || s.MaxAttempts > 1000 {
-			return bad("%s: max_attempts %d: expected 1 to 1000 (the failure of that attempt exhausts the retries)", s.Kind, s.MaxAttempts)
-		}
-		return nil
-	}
-	pct := func() error {
-		if s.Pct < 0 || s.Pct > 1 {
-			return bad("%s: pct %v: expected 0 to 1", s.Kind, s.Pct)
-		}
-		return nil
-	}
-	msIn := func(name string, v int64) error {
-		if v < 0 || ms(v) > MaxDelay {
-			return bad("%s: %s %d: expected 0 to %d milliseconds", s.Kind, name, v, int64(MaxDelay/time.Millisecond))
-		}
-		return nil
-	}
-	var err error
-	switch s.Kind {
-	case KindList:
-		if len(s.Delays) > MaxRetries {
-			return bad("list: delays has %d entries: at most %d", len(s.Delays), MaxRetries)
-		}
-		for i, d := range s.Delays {
-			if d < 0 || d > Duration(MaxDelay) {
-				return bad("list: delays[%d] %s: expected from 0s to 365 days", i, d)
-			}
-		}
-	case KindExponential:
-		if err = positive("initial", s.Initial); err == nil {
-			err = attempts()
-		}
-		if err == nil && s.Multiplier != 0 && (s.Multiplier < 1 || s.Multiplier > 100) {
-			err = bad("exponential: multiplier %v: expected 1 to 100", s.Multiplier)
-		}
-	case KindLinear:
-		if err = positive("initial", s.Initial); err == nil {
-			err = attempts()
-		}
-	case KindFibonacci:
-		if err = positive("unit", s.Unit); err == nil {
-			err = attempts()
-		}
-	case KindProgressive:
-		var last Duration
-		for i, b := range s.Bands {
-			if b.Until <= last {
-				return bad("progressive: bands[%d].until %s: expected more than the previous band's (%s)", i, b.Until, last)
-			}
-			if err := positive(fmt.Sprintf("bands[%d].every", i), b.Every); err != nil {
-				return err
-			}
-			last = b.Until
-		}
-	case KindFix:
-		err = msIn("ms", s.Ms)
-	case KindRandomRange:
-		if err = msIn("min_ms", s.MinMs); err == nil {
-			err = msIn("max_ms", s.MaxMs)
-		}
-		if err == nil && s.MaxMs <= s.MinMs {
-			err = bad("random-range: max_ms %d: expected more than min_ms %d", s.MaxMs, s.MinMs)
-		}
-	case KindRandom:
-		if err = msIn("base_ms", s.BaseMs); err == nil {
-			err = pct()
-		}
-	case KindRandomExpBackoff:
-		if s.BaseMs < 1 {
-			err = bad("random-exp-backoff: base_ms %d: expected at least 1", s.BaseMs)
-		}
-		if err == nil {
-			err = msIn("max_ms", s.MaxMs)
-		}
-		if err == nil {
-			err = pct()
-		}
-	case KindRandCycle:
-		if len(s.CycleMs) == 0 {
-			return bad("rand-cycle: cycle_ms is empty: expected a list of delays in milliseconds")
-		}
-		for i, v := range s.CycleMs {
-			if err := msIn(fmt.Sprintf("cycle_ms[%d]", i), v); err != nil {
-				return err
-			}
-		}
-		err = pct()
-	}
-	if err != nil {
+	if err := spec.validate(s); err != nil {
 		return err
 	}
 	if s.Max < 0 || s.Max > Duration(MaxDelay) {
-		return bad("%s: max %s: expected at most 365 days", s.Kind, s.Max)
+		return badStrategy("%s: max %s: expected at most 365 days", s.Kind, s.Max)
 	}
-	if safelyKind(s.Kind) {
-		if s.MaxRetry == nil {
-			return bad("%s: max_retry is required (safely's :max-retry: N retries, N+1 attempts in all)", s.Kind)
-		}
-		if *s.MaxRetry < 0 || *s.MaxRetry > 1000 {
-			return bad("%s: max_retry %d: expected 0 to 1000", s.Kind, *s.MaxRetry)
+	if spec.safely {
+		if err := checkMaxRetry(s); err != nil {
+			return err
 		}
 	}
 	if j := s.Jitter; j != nil {
 		switch j.Kind {
 		case JitterAdditive:
 			if j.Fraction < 0 || j.Fraction > 10 {
-				return bad("%s: jitter.fraction %v: expected 0 to 10", s.Kind, j.Fraction)
+				return badStrategy("%s: jitter.fraction %v: expected 0 to 10", s.Kind, j.Fraction)
 			}
 		case JitterFull, JitterEqual, JitterDecorrelated:
 			if j.Fraction != 0 {
-				return bad("%s: jitter.fraction applies to additive jitter only", s.Kind)
+				return badStrategy("%s: jitter.fraction applies to additive jitter only", s.Kind)
 			}
 		default:
-			return bad("%s: jitter.kind %q: expected additive, full, equal or decorrelated", s.Kind, j.Kind)
+			return badStrategy("%s: jitter.kind %q: expected additive, full, equal or decorrelated", s.Kind, j.Kind)
 		}
-		if j.Kind == JitterDecorrelated && s.Kind == KindList && len(s.Delays) > 0 && s.Delays[0] == 0 {
-			return bad("list: decorrelated jitter needs a first delay above 0s")
+		if j.Kind == JitterDecorrelated {
+			if first, ok := s.base(1, Input{}); ok && first == 0 {
+				return badStrategy("%s: decorrelated jitter needs a first delay above 0s", s.Kind)
+			}
 		}
 	}
 	return nil
 }
 
-func safelyKind(kind string) bool {
-	switch kind {
-	case KindFix, KindRandomRange, KindRandom, KindRandomExpBackoff, KindRandCycle:
-		return true
-	}
-	return false
-}
-
 // Attempts returns the number of the attempt whose failure exhausts the
 // retries, or 0 when only the record's age ends them (progressive).
 func (s Strategy) Attempts() int {
+	spec, ok := kindOf(s.Kind)
 	switch {
-	case s.Kind == KindList:
-		return len(s.Delays) + 1
-	case s.Kind == KindProgressive:
+	case !ok:
 		return 0
-	case s.MaxRetry != nil:
+	case spec.safely:
+		if s.MaxRetry == nil {
+			return 0
+		}
 		return *s.MaxRetry + 1
 	}
-	return s.MaxAttempts
+	return spec.attempts(s)
 }
 
 // Randomized reports whether the strategy draws random numbers.
 func (s Strategy) Randomized() bool {
-	return s.Jitter != nil || (safelyKind(s.Kind) && s.Kind != KindFix)
+	spec, ok := kindOf(s.Kind)
+	return s.Jitter != nil || (ok && spec.randomized)
 }
 
 // setFields lists the JSON names of the fields that are set.
 func (s Strategy) setFields() []string {
 	var out []string
-	add := func(name string, set bool) {
-		if set {
-			out = append(out, name)
+	for _, f := range strategyFields {
+		if f.isSet(s) {
+			out = append(out, f.name)
 		}
 	}
-	add("delays", s.Delays != nil)
-	add("initial", s.Initial != 0)
-	add("multiplier", s.Multiplier != 0)
-	add("unit", s.Unit != 0)
-	add("max", s.Max != 0)
-	add("max_attempts", s.MaxAttempts != 0)
-	add("bands", s.Bands != nil)
-	add("jitter", s.Jitter != nil)
-	add("ms", s.Ms != 0)
-	add("min_ms", s.MinMs != 0)
-	add("max_ms", s.MaxMs != 0)
-	add("base_ms", s.BaseMs != 0)
-	add("pct", s.Pct != 0)
-	add("cycle_ms", s.CycleMs != nil)
-	add("max_retry", s.MaxRetry != nil)
 	return out
 }
 
@@ -527,26 +366,27 @@ func compactStrategy(text string) (map[string]any, error) {
 		if !ok || v == "" {
 			return nil, fmt.Errorf("%w: strategy part %q: expected key=value", ErrInvalidPolicy, f)
 		}
-		switch k {
-		case "multiplier", "pct", "max_attempts", "max_retry", "ms", "min_ms", "max_ms", "base_ms":
+		f, _ := fieldOf(k) // unknown names go through as text: decoding names them
+		switch f.compact {
+		case compactNumber:
 			var n json.Number
 			if err := json.Unmarshal([]byte(v), &n); err != nil {
 				return nil, fmt.Errorf("%w: strategy %s=%s: expected a number", ErrInvalidPolicy, k, v)
 			}
 			m[k] = n
-		case "delays":
+		case compactDurations:
 			m[k] = strings.Split(v, ",")
-		case "cycle_ms":
+		case compactNumbers:
 			var list []json.Number
 			for _, p := range strings.Split(v, ",") {
 				var n json.Number
 				if err := json.Unmarshal([]byte(p), &n); err != nil {
-					return nil, fmt.Errorf("%w: strategy cycle_ms value %q: expected a number of milliseconds", ErrInvalidPolicy, p)
+					return nil, fmt.Errorf("%w: strategy %s value %q: expected a number of milliseconds", ErrInvalidPolicy, k, p)
 				}
 				list = append(list, n)
 			}
 			m[k] = list
-		case "bands":
+		case compactBands:
 			var bands []map[string]string
 			for _, p := range strings.Split(v, ",") {
 				until, every, ok := strings.Cut(p, ":")
@@ -556,7 +396,7 @@ func compactStrategy(text string) (map[string]any, error) {
 				bands = append(bands, map[string]string{"until": until, "every": every})
 			}
 			m[k] = bands
-		case "jitter":
+		case compactJitter:
 			kind, frac, hasFrac := strings.Cut(v, ":")
 			j := map[string]any{"kind": kind}
 			if hasFrac {

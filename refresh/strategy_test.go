@@ -57,26 +57,26 @@ func equal(a, b []time.Duration) bool {
 	return true
 }
 
-// TestExactStrategies checks every strategy where the seeds give numbers.
+// TestExactStrategies checks every strategy against sequences worked out by hand.
 func TestExactStrategies(t *testing.T) {
 	tests := []struct {
 		strategy string
 		want     []time.Duration
 	}{
-		// seed 000: exhausted after len+1 attempts.
+		// The default list: exhausted after len+1 attempts.
 		{"list delays=0,1m,5m,15m,30m,1h", secs(0, 60, 300, 900, 1800, 3600)},
-		// seed 002: 5s x2 cap 300s gives 5, 10, 20, 40, 80, 160, 300 s.
+		// 5s x2 cap 300s gives 5, 10, 20, 40, 80, 160, 300 s.
 		{"exponential initial=5s multiplier=2 max=300s max_attempts=8", secs(5, 10, 20, 40, 80, 160, 300)},
-		// seed 002's RetryManager: maxAttempts 5 means 4 delays.
+		// max_attempts 5 means 4 delays: the fifth failure exhausts.
 		{"exponential initial=5s max=300s max_attempts=5", secs(5, 10, 20, 40)},
 		{"linear initial=5s max_attempts=5", secs(5, 10, 15, 20)},
 		{"linear initial=5s max=12s max_attempts=5", secs(5, 10, 12, 12)},
-		// seed 001: 1, 1, 2, 3, 5, 8 units.
+		// 1, 1, 2, 3, 5, 8 units.
 		{"fibonacci unit=1m max_attempts=7", secs(60, 60, 120, 180, 300, 480)},
-		// seed 003, milliseconds: fix 3000 with max-retry 3.
+		// The safely family, in milliseconds: fix 3000 with max_retry 3.
 		{"fix ms=3000 max_retry=3", secs(3, 3, 3)},
 		{"fix ms=3000 max_retry=0", secs()},
-		// safely's own exponential sequence, pct 0: exact.
+		// The safely family's exponential sequence, pct 0: exact.
 		{"random-exp-backoff base_ms=3000 max_retry=5", secs(3, 9, 27, 81, 243)},
 		{"random-exp-backoff base_ms=200 max_retry=3", secs(0.2, 0.4, 0.8)},
 		{"random-exp-backoff base_ms=50 max_retry=3", secs(0.05, 0.25, 1.25)},
@@ -94,7 +94,7 @@ func TestExactStrategies(t *testing.T) {
 }
 
 func TestExpBackoffMsTable(t *testing.T) {
-	// safely's README table: base -> retries 1..5.
+	// The safely library's published table: base -> retries 1..5.
 	table := map[int64][]int64{
 		50:   {50, 250, 1250, 6250, 31250},
 		200:  {200, 400, 800, 1600, 3200},
@@ -274,7 +274,7 @@ func TestStrategiesInTheStateMachine(t *testing.T) {
 			now := s.RefreshAt
 			s, _ = r.Start(s, now, "a")
 			var step Step
-			s, step, _ = r.Fail(s, now.Add(time.Minute), "a", Failure{Draw: 0.5})
+			s, step, _ = r.Fail(s, now.Add(time.Minute), ReceivedAt(now.Add(time.Minute)), "a", Failure{Draw: 0.5})
 			decisions = append(decisions, string(step.Decision))
 			if len(decisions) > 5 {
 				t.Fatalf("%s: never exhausted", text)
@@ -296,7 +296,7 @@ func TestStrategiesInTheStateMachine(t *testing.T) {
 	for !s.Disabled {
 		now := s.RefreshAt
 		s, _ = r.Start(s, now, "a")
-		s, _, _ = r.Fail(s, now.Add(time.Second), "a", Failure{})
+		s, _, _ = r.Fail(s, now.Add(time.Second), ReceivedAt(now.Add(time.Second)), "a", Failure{})
 		n++
 	}
 	if n != 7 { // 08:00, 08:10, ..., 09:00 (failing for 1h: give up)
@@ -308,13 +308,13 @@ func TestStrategiesInTheStateMachine(t *testing.T) {
 	r = Rules{nil, p}
 	s = State{RefreshAt: at("08:00")}
 	s, _ = r.Start(s, at("08:00"), "a")
-	s, _, _ = r.Fail(s, at("08:00"), "a", Failure{Draw: 0.999})
+	s, _, _ = r.Fail(s, at("08:00"), ReceivedAt(at("08:00")), "a", Failure{Draw: 0.999})
 	if s.LastDelay < 29*time.Second {
 		t.Errorf("first decorrelated delay %v; want near 30s", s.LastDelay)
 	}
 	first := s.LastDelay
 	s, _ = r.Start(s, s.RefreshAt, "b")
-	s, _, _ = r.Fail(s, s.StartedAt, "b", Failure{Draw: 0.999})
+	s, _, _ = r.Fail(s, s.StartedAt, ReceivedAt(s.StartedAt), "b", Failure{Draw: 0.999})
 	if s.LastDelay < 2*first {
 		t.Errorf("second decorrelated delay %v did not grow from %v", s.LastDelay, first)
 	}

@@ -14,19 +14,61 @@ import (
 	"github.com/bigtables/bigtables/refresh"
 	"github.com/bigtables/bigtables/scheduler"
 	"github.com/bigtables/bigtables/store"
+	"github.com/jmoiron/sqlx"
 	"github.com/redis/go-redis/v9"
 )
 
 type env struct {
-	st  *store.Store
+	st  *store.Store // on clk
 	q   *queue.Queue
 	rdb redis.UniversalClient
+	db  *sqlx.DB // for writes no API makes (unreadable rows)
+	clk *clock
 }
 
+// clock is a settable test clock: deadlines are crossed by moving it.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *clock) Set(t time.Time) {
+	c.mu.Lock()
+	c.now = t
+	c.mu.Unlock()
+}
+func (c *clock) Add(d time.Duration) { c.Set(c.Now().Add(d)) }
+
+// setup gives the test a store whose clock starts at the real time (so
+// that Redis' clock, used for landing times, agrees with it) and moves
+// only when the test moves it.
 func setup(t *testing.T) env {
 	t.Helper()
+	ctx := context.Background()
 	_, rdb, names := testsvc.Redis(t)
-	return env{st: testsvc.Store(t), q: queue.New(rdb, names), rdb: rdb}
+	dbURL := testsvc.Database(t)
+	st, err := store.Open(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	if _, err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sqlx.Open("postgres", dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	clk := &clock{now: time.Now().UTC().Truncate(time.Microsecond)}
+	return env{st: st.WithClock(clk.Now), q: queue.New(rdb, names), rdb: rdb, db: db, clk: clk}
+}
+
+// config is the tests' scheduler configuration: quiet, and with pollers
+// that are up to date (the watermark is the clock's now).
+func (e env) config() scheduler.Config {
+	return scheduler.Config{Logger: quiet(), Now: e.clk.Now, Watermark: func(context.Context) (time.Time, error) { return e.clk.Now(), nil }}
 }
 
 func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
@@ -59,10 +101,10 @@ func jobs(t *testing.T, e env) []protocol.Job {
 func TestTickStartsDueRowsAndPushesJobs(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
-	past, future := time.Now().Add(-time.Minute), time.Now().Add(time.Hour)
+	past, future := e.clk.Now().Add(-time.Minute), e.clk.Now().Add(time.Hour)
 	add(t, e.st, "due", refresh.DefaultPolicy(), past, "DTSTART:20240101T000000Z\nRRULE:FREQ=DAILY")
 	add(t, e.st, "later", refresh.DefaultPolicy(), future, "")
-	s := scheduler.New(e.st, e.q, scheduler.Config{Logger: quiet()})
+	s := scheduler.New(e.st, e.q, e.config())
 	res, err := s.Tick(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -97,13 +139,17 @@ func TestTickTimesOutAndRetries(t *testing.T) {
 	ctx := context.Background()
 	p := refresh.DefaultPolicy()
 	p.Timeout = refresh.Duration(time.Second)
-	add(t, e.st, "slow", p, time.Now().Add(-time.Minute), "")
-	s := scheduler.New(e.st, e.q, scheduler.Config{Logger: quiet()})
+	add(t, e.st, "slow", p, e.clk.Now().Add(-time.Minute), "")
+	s := scheduler.New(e.st, e.q, e.config())
 	if _, err := s.Tick(ctx); err != nil {
 		t.Fatal(err)
 	}
 	first, _ := e.st.Get(ctx, "slow")
-	time.Sleep(1100 * time.Millisecond)
+	e.clk.Add(time.Second - time.Microsecond)
+	if res, err := s.Tick(ctx); err != nil || res.TimedOut != 0 || res.Claimed != 0 {
+		t.Fatalf("tick just before the deadline = %+v, %v; want nothing", res, err)
+	}
+	e.clk.Add(time.Microsecond)
 	// The deadline passed: the attempt fails with reason timeout and, with a
 	// retry delay of 0, attempt 2 starts in the same tick.
 	res, err := s.Tick(ctx)
@@ -129,12 +175,14 @@ func TestTickTimesOutAndRetries(t *testing.T) {
 func TestPushFailureUndoesStarts(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
-	at := time.Now().Add(-time.Minute).UTC().Truncate(time.Microsecond)
+	at := e.clk.Now().Add(-time.Minute)
 	add(t, e.st, "a", refresh.DefaultPolicy(), at, "")
 	// A Redis that is not there.
 	dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	defer dead.Close()
-	s := scheduler.New(e.st, queue.New(dead, e.q.Names()), scheduler.Config{Logger: quiet()})
+	cfg := e.config()
+	cfg.PushAttempts = 2
+	s := scheduler.New(e.st, queue.New(dead, e.q.Names()), cfg)
 	res, err := s.Tick(ctx)
 	if err == nil || res.Undone != 1 {
 		t.Fatalf("tick = %+v, %v; want an error and 1 start undone", res, err)
@@ -144,7 +192,7 @@ func TestPushFailureUndoesStarts(t *testing.T) {
 		t.Errorf("after undo %+v; want the row as before (refresh_at %v): our outage must not burn an attempt", row.State, at)
 	}
 	// Redis is back: the next tick starts it normally.
-	s = scheduler.New(e.st, e.q, scheduler.Config{Logger: quiet()})
+	s = scheduler.New(e.st, e.q, e.config())
 	if res, err := s.Tick(ctx); err != nil || res.Started != 1 {
 		t.Errorf("tick after recovery = %+v, %v", res, err)
 	}
@@ -154,13 +202,15 @@ func TestSchedulersSideBySideNeverDoubleStart(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
 	const n = 600
-	past := time.Now().Add(-time.Minute)
+	past := e.clk.Now().Add(-time.Minute)
 	for i := range n {
 		add(t, e.st, fmt.Sprintf("r%04d", i), refresh.DefaultPolicy(), past, "")
 	}
 	var wg sync.WaitGroup
 	for range 3 {
-		s := scheduler.New(e.st, e.q, scheduler.Config{Batch: 50, Logger: quiet()})
+		cfg := e.config()
+		cfg.Batch = 50
+		s := scheduler.New(e.st, e.q, cfg)
 		wg.Go(func() {
 			for {
 				res, err := s.Tick(ctx)
@@ -193,7 +243,9 @@ func TestRunStopsOnCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() {
-		done <- scheduler.New(e.st, e.q, scheduler.Config{Interval: 50 * time.Millisecond, Logger: quiet()}).Run(ctx)
+		cfg := e.config()
+		cfg.Interval = 50 * time.Millisecond
+		done <- scheduler.New(e.st, e.q, cfg).Run(ctx)
 	}()
 	time.Sleep(150 * time.Millisecond)
 	cancel()

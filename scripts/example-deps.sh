@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Install what the example workers need, only where it is missing:
-# Debian's python3-redis (into /usr/bin/python3), jq, redis-cli and curl, and
-# the Node example's npm packages.
+# Debian's python3-redis (for /usr/bin/python3, the interpreter README's
+# commands name), jq, redis-cli and curl, and the Node example's npm packages.
+# A different python3 first on PATH (pyenv, a venv) is only checked: it gets
+# the redis package from `python3 -m pip install redis`.
 set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
 say() { printf 'example-deps: %s\n' "$*" >&2; }
@@ -21,4 +23,9 @@ fi
 if [ ! -d "$here/examples/node/node_modules/redis" ]; then
   say "installing the Node example's packages"
   (cd "$here/examples/node" && npm ci --no-audit --no-fund --loglevel=error)
+fi
+py=$(command -v python3 || true)
+if [ -n "$py" ] && ! python3 -c 'import redis' 2>/dev/null; then
+  say "note: $py (the python3 on PATH) has no redis module; run the Python example with"
+  say "  /usr/bin/python3 examples/python/worker.py, or install it there: python3 -m pip install redis"
 fi

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Make PostgreSQL and Redis answer on their local ports, starting them only
-# when they do not: with Docker Compose where a Docker engine runs, else with
-# the local binaries, installing Debian's packages when they are missing.
+# when they do not: with Docker Compose (v2 or v1) where a Docker engine runs,
+# else with the local binaries, installing Debian's packages when they are
+# missing.
 #
 #   PG_PORT (5432) and REDIS_PORT (6379) choose the ports.
 set -eu
@@ -51,9 +52,10 @@ apt_install() {
   sudo_ env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
 }
 
-if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
-  say "starting PostgreSQL and Redis with Docker Compose"
-  docker compose -f "$here/docker-compose.yml" up -d postgres redis
+has_compose() { docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null 2>&1; }
+if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1 && has_compose; then
+  say "starting PostgreSQL and Redis with Docker Compose on ports $PG_PORT and $REDIS_PORT"
+  BIGTABLES_PG_PORT=$PG_PORT BIGTABLES_REDIS_PORT=$REDIS_PORT "$here/scripts/compose.sh" up -d postgres redis
   wait_for PostgreSQL pg_up
   wait_for Redis redis_up
   exit 0

@@ -9,8 +9,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-
-	"github.com/lib/pq"
 )
 
 //go:embed migrations/*.sql
@@ -109,8 +107,7 @@ func (s *Store) CheckSchema(ctx context.Context) error {
 	}
 	var done []int
 	err = s.db.SelectContext(ctx, &done, "SELECT version FROM schema_migrations")
-	var pqErr *pq.Error
-	if errors.As(err, &pqErr) && pqErr.Code == "42P01" { // undefined_table
+	if pgCode(err) == undefinedTable {
 		return fmt.Errorf("%w (the database has no bigtables schema yet)", ErrSchemaOutdated)
 	}
 	if err != nil {

@@ -4,13 +4,12 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"net/url"
 	"time"
 
+	"github.com/bigtables/bigtables/internal/redact"
 	"github.com/jmoiron/sqlx"
-	"github.com/lib/pq"
 )
 
 // ScratchDatabase creates an empty database named prefix_<random> next to
@@ -22,22 +21,22 @@ import (
 func ScratchDatabase(ctx context.Context, adminURL, prefix string) (dbURL string, drop func(), err error) {
 	u, err := url.Parse(adminURL)
 	if err != nil {
-		return "", nil, fmt.Errorf("database URL %s: %w", Redact(adminURL), err)
+		return "", nil, fmt.Errorf("database URL %s: %w", redact.URL(adminURL), err)
 	}
 	admin, err := sqlx.Open("postgres", adminURL)
 	if err != nil {
-		return "", nil, fmt.Errorf("open %s: %w", Redact(adminURL), err)
+		return "", nil, fmt.Errorf("open %s: %w", redact.URL(adminURL), err)
 	}
 	b := make([]byte, 6)
 	rand.Read(b)
 	name := prefix + "_" + hex.EncodeToString(b)
 	_, err = admin.ExecContext(ctx, "CREATE DATABASE "+name)
-	if pe := (*pq.Error)(nil); errors.As(err, &pe) && pe.Code == "3D000" && u.Path != "/postgres" {
+	if pgCode(err) == invalidCatalogName && u.Path != "/postgres" {
 		admin.Close()
 		m := *u
 		m.Path = "/postgres"
 		if admin, err = sqlx.Open("postgres", m.String()); err != nil {
-			return "", nil, fmt.Errorf("open %s: %w", Redact(m.String()), err)
+			return "", nil, fmt.Errorf("open %s: %w", redact.URL(m.String()), err)
 		}
 		_, err = admin.ExecContext(ctx, "CREATE DATABASE "+name)
 	}

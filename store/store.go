@@ -1,8 +1,9 @@
 // Package store owns bigtables' PostgreSQL schema and every SQL statement:
 // versioned migrations embedded in the binary, records and their attempt
 // history, and the batched claim and write statements of the scheduler and
-// poller. It knows nothing of Redis and decides no transition: callers compute
-// new states with package refresh and the store writes them.
+// poller. It knows nothing of Redis and decides no transition: the new
+// states come from package refresh, computed by the callers, or, for the
+// manual save (Update), by refresh.Update under the row's lock.
 package store
 
 import (
@@ -14,10 +15,29 @@ import (
 	"sort"
 	"time"
 
+	"github.com/bigtables/bigtables/internal/redact"
 	"github.com/bigtables/bigtables/refresh"
 	"github.com/jmoiron/sqlx"
 	"github.com/lib/pq"
 )
+
+// SQLSTATE codes the store tells apart
+// (https://www.postgresql.org/docs/current/errcodes-appendix.html).
+const (
+	uniqueViolation    = "23505" // a record with the uid exists
+	invalidCatalogName = "3D000" // the database does not exist
+	undefinedTable     = "42P01" // the schema has not been migrated yet
+)
+
+// pgCode returns the SQLSTATE of a PostgreSQL error anywhere in err's
+// chain, or "" for any other error.
+func pgCode(err error) string {
+	var pe *pq.Error
+	if errors.As(err, &pe) {
+		return string(pe.Code)
+	}
+	return ""
+}
 
 // Errors callers can test with errors.Is.
 var (
@@ -25,11 +45,47 @@ var (
 	ErrNotFound = errors.New("no such record")
 	// ErrExists means a record with the uid already exists.
 	ErrExists = errors.New("record already exists")
+	// ErrBadURL means Open was given a URL that is not a PostgreSQL URL:
+	// retrying cannot help.
+	ErrBadURL = errors.New("not a PostgreSQL URL")
 )
+
+type badURLError struct{ msg string }
+
+func (e badURLError) Error() string        { return e.msg }
+func (e badURLError) Is(target error) bool { return target == ErrBadURL }
 
 // Store is a PostgreSQL connection pool with bigtables' statements.
 type Store struct {
 	db *sqlx.DB
+	// clock, when set, replaces PostgreSQL's now() as the time of every
+	// transition and bookkeeping column (see WithClock).
+	clock func() time.Time
+}
+
+// WithClock returns a Store on the same pool whose transactions take their
+// now from clock instead of PostgreSQL's now(): tests move time forward
+// instead of sleeping past a deadline. Production code leaves it unset, so
+// every process shares the database's clock. Closing either Store closes
+// the pool.
+func (s *Store) WithClock(clock func() time.Time) *Store {
+	c := *s
+	c.clock = clock
+	return &c
+}
+
+// clockParam is the injected time as a query parameter, or nil for the
+// database's own: statements read it as COALESCE($n::timestamptz, now()).
+func (s *Store) clockParam() any {
+	if s.clock == nil {
+		return nil
+	}
+	return s.clockNow()
+}
+
+// clockNow reads the injected clock at PostgreSQL's precision.
+func (s *Store) clockNow() time.Time {
+	return s.clock().UTC().Truncate(time.Microsecond)
 }
 
 // Open connects to PostgreSQL. A URL without connect_timeout gets 5 seconds,
@@ -42,7 +98,7 @@ func Open(ctx context.Context, rawURL string) (*Store, error) {
 	}
 	db, err := sqlx.Open("postgres", dsn)
 	if err != nil {
-		return nil, fmt.Errorf("open database %s: %w", Redact(rawURL), err)
+		return nil, fmt.Errorf("open database %s: %w", redact.URL(rawURL), err)
 	}
 	db.SetMaxOpenConns(8)
 	db.SetMaxIdleConns(8)
@@ -51,7 +107,7 @@ func Open(ctx context.Context, rawURL string) (*Store, error) {
 	defer cancel()
 	if err := db.PingContext(pingCtx); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("connect to database %s: %w", Redact(rawURL), err)
+		return nil, fmt.Errorf("connect to database %s: %w", redact.URL(rawURL), err)
 	}
 	return &Store{db: db}, nil
 }
@@ -62,7 +118,7 @@ func (s *Store) Close() error { return s.db.Close() }
 func withConnectTimeout(rawURL string) (string, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-		return "", fmt.Errorf("database URL %s: expected postgres://user:password@host:port/dbname?sslmode=disable", Redact(rawURL))
+		return "", badURLError{fmt.Sprintf("database URL %s: expected postgres://user:password@host:port/dbname?sslmode=disable", redact.URL(rawURL))}
 	}
 	q := u.Query()
 	if q.Get("connect_timeout") == "" {
@@ -70,15 +126,6 @@ func withConnectTimeout(rawURL string) (string, error) {
 		u.RawQuery = q.Encode()
 	}
 	return u.String(), nil
-}
-
-// Redact returns the URL with its password replaced by "xxxxx".
-func Redact(rawURL string) string {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	return u.Redacted()
 }
 
 // Definition is what a person sets on a record.
@@ -96,6 +143,9 @@ type Row struct {
 	Definition
 	refresh.State
 	StatusMessage string
+	// StatusAt is when the status message was drained from the output list
+	// (Redis's time); zero if unknown. An older status is not applied over it.
+	StatusAt time.Time
 	// CreatedAt and UpdatedAt are zero in rows read by ClaimDue and Lock.
 	CreatedAt time.Time
 	UpdatedAt time.Time
@@ -122,6 +172,7 @@ type dbRow struct {
 	Disabled       bool           `db:"disabled_until_update"`
 	DisabledReason sql.NullString `db:"disabled_reason"`
 	StatusMessage  sql.NullString `db:"status_message"`
+	StatusAt       sql.NullTime   `db:"status_at"`
 	CreatedAt      sql.NullTime   `db:"created_at"` // not in locked reads
 	UpdatedAt      sql.NullTime   `db:"updated_at"` // not in locked reads
 	Tid            string         `db:"tid"`        // only in locked reads
@@ -129,7 +180,7 @@ type dbRow struct {
 
 // stateColumns are what a transition needs: definition and state.
 const stateColumns = `uid, input_url, schedule, policy, refresh_at, attempt_uid, attempt_no, started_at,
-	deadline_at, failing_since, last_delay_ms, disabled_until_update, disabled_reason, status_message`
+	deadline_at, failing_since, last_delay_ms, disabled_until_update, disabled_reason, status_message, status_at`
 
 // rowColumns are the whole record.
 const rowColumns = stateColumns + `, created_at, updated_at`
@@ -162,6 +213,7 @@ func (r dbRow) row() Row {
 			DisabledReason: r.DisabledReason.String,
 		},
 		StatusMessage: r.StatusMessage.String,
+		StatusAt:      nullTime(r.StatusAt),
 		CreatedAt:     nullTime(r.CreatedAt),
 		UpdatedAt:     nullTime(r.UpdatedAt),
 		tid:           r.Tid,
@@ -210,8 +262,12 @@ func usTime(col string) string {
 	return "CASE WHEN " + col + " < 0 THEN NULL ELSE 'epoch'::timestamptz + " + col + " * interval '1 microsecond' END"
 }
 
-// Now returns the database's clock, the one clock every process agrees on.
+// Now returns the database's clock, the one clock every process agrees on
+// (or the injected clock, see WithClock).
 func (s *Store) Now(ctx context.Context) (time.Time, error) {
+	if s.clock != nil {
+		return s.clockNow(), nil
+	}
 	var now time.Time
 	if err := s.db.GetContext(ctx, &now, "SELECT now()"); err != nil {
 		return time.Time{}, fmt.Errorf("read database clock: %w", err)
@@ -220,8 +276,8 @@ func (s *Store) Now(ctx context.Context) (time.Time, error) {
 }
 
 const insertRecord = `
-INSERT INTO bigtables (uid, input_url, schedule, policy, refresh_at)
-VALUES ($1, $2, $3, $4, COALESCE($5::timestamptz, now()))
+INSERT INTO bigtables (uid, input_url, schedule, policy, refresh_at, created_at, updated_at)
+VALUES ($1, $2, $3, $4, COALESCE($5::timestamptz, $6::timestamptz, now()), COALESCE($6::timestamptz, now()), COALESCE($6::timestamptz, now()))
 RETURNING ` + rowColumns
 
 // Add creates a record. refreshAt nil means now (the database's clock); a
@@ -235,10 +291,9 @@ func (s *Store) Add(ctx context.Context, uid string, def Definition, refreshAt *
 		at = refreshAt.UTC()
 	}
 	var r dbRow
-	err := s.db.GetContext(ctx, &r, insertRecord, uid, def.InputURL, def.Schedule, string(def.Policy), at)
+	err := s.db.GetContext(ctx, &r, insertRecord, uid, def.InputURL, def.Schedule, string(def.Policy), at, s.clockParam())
 	if err != nil {
-		var pqErr *pq.Error
-		if errors.As(err, &pqErr) && pqErr.Code == "23505" {
+		if pgCode(err) == uniqueViolation {
 			return Row{}, fmt.Errorf("add record %q: %w", uid, ErrExists)
 		}
 		return Row{}, fmt.Errorf("add record %q: %w", uid, err)
@@ -324,10 +379,7 @@ func (s *Store) Update(ctx context.Context, uid string, edit func(*Definition) e
 		}
 		if cancelled != "" {
 			gone = &Cancelled{AttemptUID: cancelled, DeadlineAt: old.DeadlineAt}
-			err := tx.RecordAttempts(ctx, []Attempt{{
-				AttemptUID: cancelled, UID: uid, AttemptNo: old.AttemptNo, StartedAt: old.StartedAt,
-				FinishedAt: tx.Now(), Outcome: OutcomeCancelled, Message: "cancelled by a manual update",
-			}})
+			err := tx.RecordAttempts(ctx, []Attempt{Ended(uid, old, tx.Now(), OutcomeCancelled, "cancelled by a manual update", "")})
 			if err != nil {
 				return err
 			}
@@ -342,7 +394,7 @@ func (s *Store) Update(ctx context.Context, uid string, edit func(*Definition) e
 		if err := tx.Save(ctx, []Row{r}); err != nil {
 			return err
 		}
-		r.UpdatedAt = tx.Now() // what Save wrote: now() is the transaction's clock
+		r.UpdatedAt = tx.Now() // what Save wrote
 		out = r
 		return nil
 	})
@@ -352,7 +404,8 @@ func (s *Store) Update(ctx context.Context, uid string, edit func(*Definition) e
 	return out, gone, nil
 }
 
-// Tx is a transaction with the database's clock read at its start.
+// Tx is a transaction with the database's clock (or the injected one) read
+// at its start.
 type Tx struct {
 	tx  *sqlx.Tx
 	now time.Time
@@ -362,16 +415,61 @@ type Tx struct {
 // every transition applied in it.
 func (tx *Tx) Now() time.Time { return tx.now }
 
-// InTx runs fn in a transaction and commits it if fn returns nil.
+// InTx runs fn in a READ COMMITTED transaction and commits it if fn
+// returns nil.
 func (s *Store) InTx(ctx context.Context, fn func(*Tx) error) error {
-	sqlTx, err := s.db.BeginTxx(ctx, nil)
+	return s.InTxWith(ctx, TxOptions{}, fn)
+}
+
+// TxOptions bound how long a transaction may wait for locks and hold them,
+// so that a frozen process (stopped, paused, partitioned) costs only its own
+// work. Zero fields keep the server's settings.
+type TxOptions struct {
+	// LockTimeout bounds each wait for a lock (lock_timeout): the statement
+	// fails with SQLSTATE 55P03 instead of waiting behind a frozen holder.
+	LockTimeout time.Duration
+	// IdleTimeout ends the session of a transaction left idle this long
+	// between statements (idle_in_transaction_session_timeout): a frozen
+	// process's transaction rolls back and its locks are released.
+	IdleTimeout time.Duration
+	// StatementTimeout bounds each statement (statement_timeout).
+	StatementTimeout time.Duration
+}
+
+// InTxWith is InTx with the given bounds. The transaction is READ COMMITTED
+// whatever the database's default_transaction_isolation: every write is
+// guarded by the row locks it takes, and a stricter level would fail
+// concurrent batches with serialization errors (40001) instead of waiting.
+func (s *Store) InTxWith(ctx context.Context, opt TxOptions, fn func(*Tx) error) error {
+	sqlTx, err := s.db.BeginTxx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return fmt.Errorf("begin transaction: %w", err)
 	}
 	defer sqlTx.Rollback()
 	tx := &Tx{tx: sqlTx}
-	if err := sqlTx.GetContext(ctx, &tx.now, "SELECT now()"); err != nil {
+	// One round trip reads the clock and sets the bounds, for this
+	// transaction only.
+	q := "SELECT now()"
+	var args []any
+	for _, set := range []struct {
+		name string
+		d    time.Duration
+	}{{"lock_timeout", opt.LockTimeout}, {"idle_in_transaction_session_timeout", opt.IdleTimeout}, {"statement_timeout", opt.StatementTimeout}} {
+		if set.d > 0 {
+			args = append(args, max(set.d.Milliseconds(), 1))
+			q += fmt.Sprintf(", set_config('%s', $%d::bigint::text, true)", set.name, len(args))
+		}
+	}
+	dest := make([]any, 1+len(args))
+	dest[0] = &tx.now
+	for i := range args {
+		dest[i+1] = new(string)
+	}
+	if err := sqlTx.QueryRowContext(ctx, q, args...).Scan(dest...); err != nil {
 		return fmt.Errorf("read database clock: %w", err)
+	}
+	if s.clock != nil {
+		tx.now = s.clockNow()
 	}
 	tx.now = tx.now.UTC()
 	if err := fn(tx); err != nil {
@@ -384,7 +482,8 @@ func (s *Store) InTx(ctx context.Context, fn func(*Tx) error) error {
 }
 
 // claimDue reads the rows it locks whole, so no row is looked up twice; the
-// two sets are disjoint (attempt_uid NULL or not).
+// two sets are disjoint (attempt_uid NULL or not). $1 is now, $3 the latest
+// deadline the caller times out (at most now).
 const claimDue = `
 WITH due AS (
     SELECT ` + lockedColumns + ` FROM bigtables
@@ -394,7 +493,7 @@ WITH due AS (
     FOR UPDATE SKIP LOCKED
 ), expired AS (
     SELECT ` + lockedColumns + ` FROM bigtables
-    WHERE attempt_uid IS NOT NULL AND deadline_at <= $1
+    WHERE attempt_uid IS NOT NULL AND deadline_at <= least($1, $3::timestamptz)
     ORDER BY deadline_at
     LIMIT $2
     FOR UPDATE SKIP LOCKED
@@ -402,11 +501,14 @@ WITH due AS (
 SELECT * FROM due UNION ALL SELECT * FROM expired`
 
 // ClaimDue locks and returns up to limit rows due to start and up to limit
-// rows whose running attempt is past its deadline. Rows locked by another
-// transaction (another scheduler, a poller, a manual update) are skipped, so
-// schedulers side by side never claim the same row.
-func (tx *Tx) ClaimDue(ctx context.Context, limit int) ([]Row, error) {
-	rows, err := tx.tx.QueryxContext(ctx, claimDue, tx.now, limit)
+// rows whose running attempt's deadline is at or before timeoutUpTo (and
+// before the transaction's now): those the caller may time out. Attempts
+// past their deadline but after timeoutUpTo are neither returned nor locked,
+// so a poller applying their results does not wait on the scheduler. Rows
+// locked by another transaction (another scheduler, a poller, a manual
+// update) are skipped, so schedulers side by side never claim the same row.
+func (tx *Tx) ClaimDue(ctx context.Context, limit int, timeoutUpTo time.Time) ([]Row, error) {
+	rows, err := tx.tx.QueryxContext(ctx, claimDue, tx.now, limit, timeoutUpTo.UTC())
 	if err != nil {
 		return nil, fmt.Errorf("claim due rows: %w", err)
 	}
@@ -415,6 +517,20 @@ func (tx *Tx) ClaimDue(ctx context.Context, limit int) ([]Row, error) {
 		return nil, fmt.Errorf("claim due rows: %w", err)
 	}
 	return out, nil
+}
+
+// CountExpiredAfter counts, up to limit, the running attempts whose deadline
+// has passed (at or before the transaction's now) but is after t: the
+// timeouts a caller that times out only up to t is holding back. It reads
+// the index on running attempts, so it costs at most limit index entries.
+func (tx *Tx) CountExpiredAfter(ctx context.Context, t time.Time, limit int) (int, error) {
+	var n int
+	err := tx.tx.GetContext(ctx, &n, `SELECT count(*) FROM (SELECT 1 FROM bigtables
+		WHERE attempt_uid IS NOT NULL AND deadline_at <= $1 AND deadline_at > $2 LIMIT $3) AS held`, tx.now, t.UTC(), limit)
+	if err != nil {
+		return 0, fmt.Errorf("count held timeouts: %w", err)
+	}
+	return n, nil
 }
 
 // Lock locks and returns the rows with the given uids, keyed by uid; unknown
@@ -439,6 +555,47 @@ func (tx *Tx) Lock(ctx context.Context, uids []string) (map[string]Row, error) {
 	return out, nil
 }
 
+// LockOrSkip locks and returns the rows with the given uids that no other
+// transaction holds, keyed by uid, without waiting (FOR UPDATE SKIP LOCKED),
+// and lists the uids of the rows it skipped because another transaction
+// holds them. Unknown uids are in neither.
+func (tx *Tx) LockOrSkip(ctx context.Context, uids []string) (rows map[string]Row, busy []string, err error) {
+	sorted := append([]string(nil), uids...)
+	sort.Strings(sorted)
+	list, err := tx.selectRows(ctx,
+		"SELECT "+lockedColumns+" FROM bigtables WHERE uid = ANY($1) ORDER BY uid FOR UPDATE SKIP LOCKED", sorted)
+	if err != nil {
+		return nil, nil, fmt.Errorf("lock rows: %w", err)
+	}
+	rows = make(map[string]Row, len(list))
+	for _, r := range list {
+		rows[r.UID] = r
+	}
+	if len(rows) == len(sorted) {
+		return rows, nil, nil
+	}
+	var missing []string
+	for _, uid := range sorted {
+		if _, ok := rows[uid]; !ok {
+			missing = append(missing, uid)
+		}
+	}
+	// Missing rows are unknown or held by another transaction: a plain read
+	// (which no lock blocks) tells them apart.
+	if err := tx.tx.SelectContext(ctx, &busy, "SELECT uid FROM bigtables WHERE uid = ANY($1) ORDER BY uid", pq.StringArray(missing)); err != nil {
+		return nil, nil, fmt.Errorf("find locked rows: %w", err)
+	}
+	return rows, busy, nil
+}
+
+func (tx *Tx) selectRows(ctx context.Context, query string, uids []string) ([]Row, error) {
+	rows, err := tx.tx.QueryxContext(ctx, query, pq.StringArray(uids))
+	if err != nil {
+		return nil, err
+	}
+	return scanRows(rows, len(uids))
+}
+
 // saveStates takes one array per column. An array may be NULL when every
 // row has the column's zero value (-1 for times, 0, false, the empty string): unnest pads
 // it with NULLs, which read as that value, and PostgreSQL parses one array
@@ -455,9 +612,10 @@ UPDATE bigtables AS b SET
     disabled_until_update = COALESCE(u.disabled, false),
     disabled_reason = CASE WHEN u.disabled THEN COALESCE(u.reason, '') END,
     status_message = NULLIF(u.status, ''),
-    updated_at = now()
-FROM unnest($1::text[], $2::bigint[], $3::text[], $4::int[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bool[], $9::text[], $10::text[], $11::bigint[], $12::tid[])
-    AS u(uid, refresh_at, attempt_uid, attempt_no, started_at, deadline_at, failing_since, disabled, reason, status, last_delay_ms, tid)
+    status_at = ` + usTime("u.status_at") + `,
+    updated_at = $14
+FROM unnest($1::text[], $2::bigint[], $3::text[], $4::int[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bool[], $9::text[], $10::text[], $11::bigint[], $12::tid[], $13::bigint[])
+    AS u(uid, refresh_at, attempt_uid, attempt_no, started_at, deadline_at, failing_since, disabled, reason, status, last_delay_ms, tid, status_at)
 WHERE b.ctid = u.tid AND b.uid = u.uid`
 
 // Save writes the refresh state and status message of rows the transaction
@@ -470,7 +628,7 @@ func (tx *Tx) Save(ctx context.Context, rows []Row) error {
 	n := len(rows)
 	uid, attemptUID, reason, status := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	refreshAt, startedAt, deadlineAt, failingSince := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
-	attemptNo, lastDelay, disabled := make([]int64, n), make([]int64, n), make([]bool, n)
+	attemptNo, lastDelay, disabled, statusAt := make([]int64, n), make([]int64, n), make([]bool, n), make([]int64, n)
 	tid := make([]string, n)
 	seen := make(map[string]bool, n)
 	for i, r := range rows {
@@ -486,13 +644,13 @@ func (tx *Tx) Save(ctx context.Context, rows []Row) error {
 		refreshAt[i], startedAt[i] = micros(r.RefreshAt), micros(r.StartedAt)
 		deadlineAt[i], failingSince[i] = micros(r.DeadlineAt), micros(r.FailingSince)
 		disabled[i], reason[i], status[i] = r.Disabled, r.DisabledReason, r.StatusMessage
-		lastDelay[i] = r.LastDelay.Milliseconds()
+		lastDelay[i], statusAt[i] = r.LastDelay.Milliseconds(), micros(r.StatusAt)
 	}
 	res, err := tx.tx.ExecContext(ctx, saveStates, pq.StringArray(uid), pq.Int64Array(orNull(refreshAt, -1)),
 		pq.StringArray(orNull(attemptUID, "")), pq.Int64Array(orNull(attemptNo, 0)), pq.Int64Array(orNull(startedAt, -1)),
 		pq.Int64Array(orNull(deadlineAt, -1)), pq.Int64Array(orNull(failingSince, -1)), pq.BoolArray(orNull(disabled, false)),
 		pq.StringArray(orNull(reason, "")), pq.StringArray(orNull(status, "")), pq.Int64Array(orNull(lastDelay, 0)),
-		pq.StringArray(tid))
+		pq.StringArray(tid), pq.Int64Array(orNull(statusAt, -1)), tx.now)
 	if err != nil {
 		return fmt.Errorf("save %d states: %w", n, err)
 	}
@@ -531,6 +689,16 @@ INSERT INTO bigtable_attempts (attempt_uid, uid, attempt_no, started_at, finishe
 SELECT a, u, n, ` + usTime("s") + `, ` + usTime("f") + `, o, COALESCE(m, ''), COALESCE(d, '')
 FROM unnest($1::text[], $2::text[], $3::int[], $4::bigint[], $5::bigint[], $6::text[], $7::text[], $8::text[])
     AS t(a, u, n, s, f, o, m, d)`
+
+// Ended returns the history row of the attempt that old was running on
+// record uid, ended at now with the given outcome, message and failure
+// decision ("" when no failure branch was taken).
+func Ended(uid string, old refresh.State, now time.Time, outcome Outcome, message string, decision refresh.Decision) Attempt {
+	return Attempt{
+		AttemptUID: old.AttemptUID, UID: uid, AttemptNo: old.AttemptNo, StartedAt: old.StartedAt,
+		FinishedAt: now, Outcome: outcome, Message: message, Decision: string(decision),
+	}
+}
 
 // RecordAttempts appends finished attempts to the history in one statement.
 func (tx *Tx) RecordAttempts(ctx context.Context, attempts []Attempt) error {
@@ -593,13 +761,15 @@ UPDATE bigtables AS b SET
     attempt_uid = NULL, started_at = NULL, deadline_at = NULL,
     attempt_no = b.attempt_no - 1,
     refresh_at = ` + usTime("u.refresh_at") + `,
-    updated_at = now()
+    updated_at = $4
 FROM unnest($1::text[], $2::text[], $3::bigint[]) AS u(uid, attempt_uid, refresh_at)
 WHERE b.uid = u.uid AND b.attempt_uid = u.attempt_uid`
 
 // UndoStarts reverts starts whose jobs could not be pushed, so an outage of
 // our own does not burn an attempt. A row whose attempt changed since (a
-// manual update, a result) is left alone. It returns the rows reverted.
+// manual update, a result) is left alone. Rows are locked in uid order
+// first, like every batch that locks rows, so an undo cannot deadlock with a
+// poller. It returns the rows reverted.
 func (s *Store) UndoStarts(ctx context.Context, starts []Started) (int, error) {
 	if len(starts) == 0 {
 		return 0, nil
@@ -608,11 +778,21 @@ func (s *Store) UndoStarts(ctx context.Context, starts []Started) (int, error) {
 	for i, st := range starts {
 		uid[i], attempt[i], at[i] = st.UID, st.AttemptUID, micros(st.RefreshAt)
 	}
-	res, err := s.db.ExecContext(ctx, undoStarts, pq.StringArray(uid), pq.StringArray(attempt), pq.Int64Array(at))
+	var n int64
+	err := s.InTx(ctx, func(tx *Tx) error {
+		if _, err := tx.Lock(ctx, uid); err != nil {
+			return err
+		}
+		res, err := tx.tx.ExecContext(ctx, undoStarts, pq.StringArray(uid), pq.StringArray(attempt), pq.Int64Array(at), tx.now)
+		if err != nil {
+			return err
+		}
+		n, _ = res.RowsAffected()
+		return nil
+	})
 	if err != nil {
 		return 0, fmt.Errorf("undo %d starts: %w", len(starts), err)
 	}
-	n, _ := res.RowsAffected()
 	return int(n), nil
 }
 
@@ -626,9 +806,9 @@ func (s *Store) Count(ctx context.Context) (Counts, error) {
 	var c Counts
 	err := s.db.QueryRowContext(ctx, `SELECT count(*),
 		count(*) FILTER (WHERE attempt_uid IS NOT NULL),
-		count(*) FILTER (WHERE attempt_uid IS NULL AND NOT disabled_until_update AND refresh_at <= now()),
+		count(*) FILTER (WHERE attempt_uid IS NULL AND NOT disabled_until_update AND refresh_at <= COALESCE($1::timestamptz, now())),
 		count(*) FILTER (WHERE disabled_until_update)
-		FROM bigtables`).Scan(&c.Total, &c.Running, &c.Due, &c.Disabled)
+		FROM bigtables`, s.clockParam()).Scan(&c.Total, &c.Running, &c.Due, &c.Disabled)
 	if err != nil {
 		return Counts{}, fmt.Errorf("count records: %w", err)
 	}

@@ -148,7 +148,7 @@ func TestClaimDueSkipsLockedRows(t *testing.T) {
 	done := make(chan error)
 	go func() {
 		done <- s.InTx(ctx, func(tx *store.Tx) error {
-			rows, err := tx.ClaimDue(ctx, 2)
+			rows, err := tx.ClaimDue(ctx, 2, tx.Now())
 			claimed1 <- rows
 			<-release
 			return err
@@ -158,7 +158,7 @@ func TestClaimDueSkipsLockedRows(t *testing.T) {
 	var second []store.Row
 	err := s.InTx(ctx, func(tx *store.Tx) error {
 		var err error
-		second, err = tx.ClaimDue(ctx, 10)
+		second, err = tx.ClaimDue(ctx, 10, tx.Now())
 		return err
 	})
 	close(release)
@@ -189,7 +189,7 @@ func TestSaveAndUndo(t *testing.T) {
 	}
 	var started store.Row
 	err := s.InTx(ctx, func(tx *store.Tx) error {
-		rows, err := tx.ClaimDue(ctx, 10)
+		rows, err := tx.ClaimDue(ctx, 10, tx.Now())
 		if err != nil || len(rows) != 1 {
 			t.Fatalf("claim: %d rows, %v", len(rows), err)
 		}
@@ -333,6 +333,10 @@ func TestSaveRoundTrip(t *testing.T) {
 			for i, uid := range uids {
 				r := rows[uid]
 				r.State, r.StatusMessage = batch(i)
+				r.StatusAt = time.Time{}
+				if r.StatusMessage != "" {
+					r.StatusAt = at(40 + i)
+				}
 				save = append(save, r)
 			}
 			return tx.Save(ctx, save)
@@ -352,7 +356,7 @@ func TestSaveRoundTrip(t *testing.T) {
 			if locked, err = tx.Lock(ctx, uids); err != nil {
 				t.Fatal(err)
 			}
-			rows, err := tx.ClaimDue(ctx, 10)
+			rows, err := tx.ClaimDue(ctx, 10, tx.Now())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -367,7 +371,8 @@ func TestSaveRoundTrip(t *testing.T) {
 				t.Fatal(err)
 			}
 			want, status := batch(i)
-			if got.State != want || got.StatusMessage != status {
+			if got.State != want || got.StatusMessage != status || (status != "") != !got.StatusAt.IsZero() ||
+				(status != "" && !got.StatusAt.Equal(at(40+i))) {
 				t.Errorf("%s: %s read back %+v %q\nwant %+v %q", name, uid, got.State, got.StatusMessage, want, status)
 			}
 			if listed[i].UID != uid || listed[i].State != got.State || listed[i].StatusMessage != got.StatusMessage ||

@@ -31,6 +31,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/bigtables/bigtables/internal/wait"
 	"github.com/bigtables/bigtables/protocol"
 	"github.com/bigtables/bigtables/queue"
 )
@@ -228,7 +229,7 @@ func loop(ctx context.Context, opts Options, h Handler, log *slog.Logger) {
 		if err != nil {
 			backoff = min(max(2*backoff, 100*time.Millisecond), 10*time.Second)
 			log.Error("pop job failed; retrying", "err", err, "retry_in", backoff)
-			sleep(ctx, backoff)
+			wait.Sleep(ctx, backoff)
 			continue
 		}
 		backoff = 0
@@ -333,7 +334,7 @@ func push(ctx context.Context, opts Options, job protocol.Job, res protocol.Resu
 	// The marker outlives every retry of this push.
 	ttl := job.DeadlineAt.Sub(opts.Now()) + time.Minute
 	token := rand.Text()
-	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+	for delay := 100 * time.Millisecond; ; delay = min(2*delay, 2*time.Second) {
 		pushed, err := opts.Queue.PushResultOnce(pushCtx, job.AttemptUID, token, res.Encode(), ttl)
 		if err == nil {
 			if pushed {
@@ -351,8 +352,8 @@ func push(ctx context.Context, opts Options, job protocol.Job, res protocol.Resu
 				"uid", job.BigTableUID, "attempt_uid", job.AttemptUID, "err", err)
 			return
 		}
-		log.Warn("push result failed; retrying", "err", err, "retry_in", wait)
-		t := time.NewTimer(wait)
+		log.Warn("push result failed; retrying", "err", err, "retry_in", delay)
+		t := time.NewTimer(delay)
 		select {
 		case <-t.C:
 		case <-pushCtx.Done():
@@ -398,13 +399,4 @@ func safeCall(ctx context.Context, h Handler, job protocol.Job) (err error) {
 		}
 	}()
 	return h(ctx, job)
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }

@@ -3,7 +3,9 @@
 // jobs for a local HTTP server that answers 200, 404, 500, slowly and never,
 // and reports, case by case, whether the worker echoed the right ids, sent
 // well-formed results of the right type, stopped at the deadline, and exited
-// cleanly on SIGTERM.
+// cleanly on SIGTERM. A check passes only on evidence: a worker that exits
+// before taking a job, or takes none within Config.StartTimeout, fails every
+// check, and so does one that dies with jobs in hand.
 package workercheck
 
 import (
@@ -36,6 +38,10 @@ type Config struct {
 	// after the deadline, and how long the worker may take to exit after
 	// SIGTERM (default 3s).
 	Grace time.Duration
+	// StartTimeout is how long the worker may take to pop its first job
+	// (default 10s). A worker that takes none in that time fails every
+	// check: it is not reading the queue it was given.
+	StartTimeout time.Duration
 }
 
 // Check is one verdict.
@@ -100,10 +106,13 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if cfg.Grace <= 0 {
 		cfg.Grace = 3 * time.Second
 	}
+	if cfg.StartTimeout <= 0 {
+		cfg.StartTimeout = 10 * time.Second
+	}
 	if len(cfg.Command) == 0 {
 		return Report{}, fmt.Errorf("worker-check: no worker command given (bigtables worker-check -- CMD ARGS...)")
 	}
-	prefix := fmt.Sprintf("bigtables-check-%d:", time.Now().UnixNano())
+	prefix := fmt.Sprintf("{bigtables-check-%d}:", time.Now().UnixNano()) // one hash tag: one slot in Redis Cluster
 	names := queue.Names{Input: prefix + "input", Output: prefix + "output", Dead: prefix + "dead"}
 	q := queue.New(cfg.Redis, names)
 	defer cfg.Redis.Del(context.WithoutCancel(ctx), names.Input, names.Output, names.Dead)
@@ -178,7 +187,8 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		return Report{}, fmt.Errorf("worker-check: %w", err)
 	}
 
-	// Collect results until every case has ended or its deadline + grace.
+	// Collect results until every case has ended or its deadline + grace,
+	// the worker has exited, or it has taken no job in StartTimeout.
 	type got struct {
 		res protocol.Result
 		at  time.Time
@@ -188,12 +198,20 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	add := func(c, what string, ok bool, detail string) {
 		rep.Checks = append(rep.Checks, Check{Case: c, What: what, OK: ok, Detail: detail})
 	}
-	wellFormed, echoed := true, true
-	lastDeadline := time.Now().Add(15*time.Second + cfg.Grace)
+	results, wellFormed, echoed := 0, true, true
+	started := time.Now()
+	lastDeadline := started.Add(15*time.Second + cfg.Grace)
+	waiting := len(cases) // jobs still in the input list at the last look
 	for time.Now().Before(lastDeadline) && len(final) < len(cases) {
 		v, err := cfg.Redis.BLPop(ctx, time.Second, names.Output).Result()
 		if err == redis.Nil {
 			if ended(exited) {
+				break
+			}
+			if n, err := cfg.Redis.LLen(ctx, names.Input).Result(); err == nil {
+				waiting = int(n)
+			}
+			if waiting == len(cases) && time.Since(started) >= cfg.StartTimeout {
 				break
 			}
 			continue
@@ -202,6 +220,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 			return rep, fmt.Errorf("worker-check: read results: %w", err)
 		}
 		at := time.Now()
+		results++
 		r, derr := protocol.DecodeResult([]byte(v[1]), 0)
 		if derr != nil {
 			wellFormed = false
@@ -224,6 +243,41 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		}
 		final[r.AttemptUID] = got{r, at}
 	}
+
+	exitedEarly := ended(exited)
+
+	// Which jobs the worker never took: they are still in the input list.
+	left, err := cfg.Redis.LRange(context.WithoutCancel(ctx), names.Input, 0, -1).Result()
+	if err != nil {
+		return rep, fmt.Errorf("worker-check: read the input list: %w", err)
+	}
+	untaken := map[string]bool{}
+	for _, raw := range left {
+		if j, err := protocol.DecodeJob([]byte(raw)); err == nil {
+			untaken[j.AttemptUID] = true
+		}
+	}
+
+	// A worker that took no job has shown nothing: every check fails, with
+	// the reason.
+	if len(untaken) == len(cases) {
+		reason := fmt.Sprintf("the worker took no job from %s in %v: does it read REDIS_URL and BIGTABLES_INPUT_QUEUE?",
+			names.Input, time.Since(started).Round(time.Second))
+		if exitedEarly {
+			reason = "the worker exited before taking a job (" + exitText(exitErr(exited)) + "): see its output"
+		}
+		for _, c := range allChecks() {
+			add(c.Case, c.What, false, reason)
+		}
+		rep.Output = out.String()
+		return rep, nil
+	}
+
+	if results == 0 {
+		wellFormed, echoed = false, false
+		add("all", "results are well-formed", false, "no result received")
+		add("all", "results echo big_table_uid and refresh_attempt_uid", false, "no result received")
+	}
 	if wellFormed {
 		add("all", "results are well-formed", true, "")
 	}
@@ -232,44 +286,77 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	for _, s := range order {
 		tc := s.tc
+		if untaken[s.job.AttemptUID] {
+			add(tc.name, tc.check(), false, "the worker never took this job from "+names.Input)
+			continue
+		}
 		g, ok := final[s.job.AttemptUID]
 		r := g.res
 		switch tc.want {
 		case "success":
-			add(tc.name, "reports success", ok && r.Type == protocol.Success, describe(ok, r))
+			add(tc.name, tc.check(), ok && r.Type == protocol.Success, describe(ok, r))
 		case "retryable":
-			add(tc.name, "reports a retryable failure", ok && r.Type == protocol.Failure && !r.NotRetryable(), describe(ok, r))
+			add(tc.name, tc.check(), ok && r.Type == protocol.Failure && !r.NotRetryable(), describe(ok, r))
 		case "not_retryable":
-			add(tc.name, "reports a failure with retryable false and a reason",
-				ok && r.NotRetryable() && r.UserFriendlyReason != "", describe(ok, r))
+			add(tc.name, tc.check(), ok && r.NotRetryable() && r.UserFriendlyReason != "", describe(ok, r))
 		case "stop":
 			switch {
+			case !ok && exitedEarly:
+				add(tc.name, tc.check(), false, "no result: the worker exited ("+exitText(exitErr(exited))+")")
 			case !ok:
-				add(tc.name, "stops at the deadline", true, "no result: the attempt will time out")
+				add(tc.name, tc.check(), true, "took the job, no result: the attempt will time out")
 			case r.Type == protocol.Success:
-				add(tc.name, "stops at the deadline", false, "reported success for a server that never answered")
+				add(tc.name, tc.check(), false, "reported success for a server that never answered")
 			case g.at.After(s.job.DeadlineAt.Add(cfg.Grace)):
-				add(tc.name, "stops at the deadline", false, fmt.Sprintf("answered %v after the deadline", g.at.Sub(s.job.DeadlineAt).Round(time.Millisecond)))
+				add(tc.name, tc.check(), false, fmt.Sprintf("answered %v after the deadline", g.at.Sub(s.job.DeadlineAt).Round(time.Millisecond)))
 			default:
-				add(tc.name, "stops at the deadline", true, fmt.Sprintf("failure %v after the deadline: %s", g.at.Sub(s.job.DeadlineAt).Round(time.Millisecond), r.Message))
+				add(tc.name, tc.check(), true, fmt.Sprintf("failure %v after the deadline: %s", g.at.Sub(s.job.DeadlineAt).Round(time.Millisecond), r.Message))
 			}
 		}
 	}
 
 	// SIGTERM: the worker must exit, cleanly, within the grace period.
 	if ended(exited) {
-		add("shutdown", "exits 0 on SIGTERM", false, "the worker exited before SIGTERM")
+		add("shutdown", shutdownCheck, false, "the worker exited before SIGTERM ("+exitText(exitErr(exited))+")")
 	} else {
 		cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case err := <-exited:
-			add("shutdown", "exits 0 on SIGTERM", err == nil, errText(err))
+			add("shutdown", shutdownCheck, err == nil, errText(err))
 		case <-time.After(cfg.Grace + 5*time.Second):
-			add("shutdown", "exits 0 on SIGTERM", false, "still running after SIGTERM")
+			add("shutdown", shutdownCheck, false, "still running after SIGTERM")
 		}
 	}
 	rep.Output = out.String()
 	return rep, nil
+}
+
+const shutdownCheck = "exits 0 on SIGTERM"
+
+// check names what the case checks.
+func (tc testCase) check() string {
+	switch tc.want {
+	case "success":
+		return "reports success"
+	case "retryable":
+		return "reports a retryable failure"
+	case "not_retryable":
+		return "reports a failure with retryable false and a reason"
+	default:
+		return "stops at the deadline"
+	}
+}
+
+// allChecks lists every check a run makes, in report order.
+func allChecks() []Check {
+	all := []Check{
+		{Case: "all", What: "results are well-formed"},
+		{Case: "all", What: "results echo big_table_uid and refresh_attempt_uid"},
+	}
+	for _, tc := range cases {
+		all = append(all, Check{Case: tc.name, What: tc.check()})
+	}
+	return append(all, Check{Case: "shutdown", What: shutdownCheck})
 }
 
 func ended(exited chan error) bool {
@@ -282,12 +369,28 @@ func ended(exited chan error) bool {
 	}
 }
 
+// exitErr returns the error of a worker that has exited, leaving it in the
+// channel for the next look.
+func exitErr(exited chan error) error {
+	err := <-exited
+	exited <- err
+	return err
+}
+
 func describe(ok bool, r protocol.Result) string {
 	if !ok {
 		return "no result"
 	}
 	b, _ := json.Marshal(r)
 	return string(b)
+}
+
+// exitText says how the worker exited, given cmd.Wait's error.
+func exitText(err error) string {
+	if err == nil {
+		return "exit status 0"
+	}
+	return err.Error()
 }
 
 func errText(err error) string {

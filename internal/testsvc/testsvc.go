@@ -5,15 +5,16 @@
 package testsvc
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
-	"net/url"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/bigtables/bigtables/internal/redact"
 	"github.com/bigtables/bigtables/queue"
 	"github.com/bigtables/bigtables/store"
 	"github.com/jmoiron/sqlx"
@@ -50,6 +51,25 @@ func RandomID() string {
 	return hex.EncodeToString(b)
 }
 
+// AdminDatabaseURL returns the URL of a PostgreSQL role allowed to create
+// databases (TEST_DATABASE_URL), for code that makes its own scratch
+// database, after checking that it answers.
+func AdminDatabaseURL(t testing.TB) string {
+	t.Helper()
+	admin := env("TEST_DATABASE_URL", DefaultDatabaseURL)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	db, err := sqlx.Open("postgres", admin)
+	if err == nil {
+		err = db.PingContext(ctx)
+		db.Close()
+	}
+	if err != nil {
+		unavailable(t, "PostgreSQL at "+redact.URL(admin), err)
+	}
+	return admin
+}
+
 // Database creates an empty database for the test, drops it when the test
 // ends, and returns its URL.
 func Database(t testing.TB) string {
@@ -63,7 +83,7 @@ func Database(t testing.TB) string {
 		db.Close()
 	}
 	if err != nil {
-		unavailable(t, "PostgreSQL at "+redact(admin), err)
+		unavailable(t, "PostgreSQL at "+redact.URL(admin), err)
 	}
 	dbURL, drop, err := store.ScratchDatabase(ctx, admin, "bt_test")
 	if err != nil {
@@ -77,30 +97,56 @@ func Database(t testing.TB) string {
 // the test's keys are deleted when it ends.
 func Redis(t testing.TB) (string, redis.UniversalClient, queue.Names) {
 	t.Helper()
-	rawURL := env("TEST_REDIS_URL", DefaultRedisURL)
+	return redisAt(t, env("TEST_REDIS_URL", DefaultRedisURL), true)
+}
+
+// RedisAt is Redis for the Redis at rawURL, of any scheme queue.Connect
+// takes, which the test has started: failing to connect fails the test.
+func RedisAt(t testing.TB, rawURL string) (string, redis.UniversalClient, queue.Names) {
+	t.Helper()
+	return redisAt(t, rawURL, false)
+}
+
+func redisAt(t testing.TB, rawURL string, mayBeMissing bool) (string, redis.UniversalClient, queue.Names) {
+	t.Helper()
 	rdb, err := queue.Connect(context.Background(), rawURL)
-	if err != nil {
+	if err != nil && mayBeMissing {
 		unavailable(t, "Redis", err)
 	}
-	prefix := "bt-test-" + RandomID() + ":"
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One hash tag: in Redis Cluster every key of the test lands in one slot.
+	prefix := "{bt-test-" + RandomID() + "}:"
 	names := queue.Names{Input: prefix + "input", Output: prefix + "output", Dead: prefix + "dead"}
+	if err := names.ValidateFor(rdb); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
-		ctx := context.Background()
-		iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-		for iter.Next(ctx) {
-			rdb.Del(ctx, iter.Val())
+		if err := DeleteKeys(context.Background(), rdb, prefix+"*"); err != nil {
+			t.Errorf("delete the test's Redis keys: %v", err)
 		}
 		rdb.Close()
 	})
 	return rawURL, rdb, names
 }
 
-func redact(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(bad URL)"
+// DeleteKeys deletes the keys matching pattern, on every master of a Redis
+// Cluster (SCAN on a cluster client reaches one node only).
+func DeleteKeys(ctx context.Context, rdb redis.UniversalClient, pattern string) error {
+	del := func(ctx context.Context, c redis.UniversalClient) error {
+		iter := c.Scan(ctx, 0, pattern, 1000).Iterator()
+		for iter.Next(ctx) {
+			if err := c.Del(ctx, iter.Val()).Err(); err != nil {
+				return err
+			}
+		}
+		return iter.Err()
 	}
-	return fmt.Sprint(u.Redacted())
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return del(ctx, c) })
+	}
+	return del(ctx, rdb)
 }
 
 // Store opens a migrated store on a fresh database for the test.
@@ -116,4 +162,25 @@ func Store(t testing.TB) *store.Store {
 		t.Fatal(err)
 	}
 	return st
+}
+
+// SyncBuffer is a buffer that a process or goroutine writes while the test
+// reads it.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+// Write appends p.
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// String returns what was written so far.
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

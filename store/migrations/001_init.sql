@@ -1,5 +1,5 @@
 -- One row per BigTable: its definition, its policy and its refresh state.
--- Column names follow the seed design (shared/DESIGN.md).
+-- Column names are those of docs/design.md, "The state of a record".
 CREATE TABLE bigtables (
     uid                   text PRIMARY KEY CHECK (length(uid) BETWEEN 1 AND 200),
     input_url             text NOT NULL CHECK (length(input_url) BETWEEN 1 AND 2048),

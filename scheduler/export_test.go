@@ -1,0 +1,10 @@
+package scheduler
+
+import (
+	"context"
+
+	"github.com/bigtables/bigtables/store"
+)
+
+// SetUndo replaces how s reverts starts, so that tests can make it fail.
+func SetUndo(s *Scheduler, undo func(context.Context, []store.Started) (int, error)) { s.undo = undo }
