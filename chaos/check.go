@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -226,17 +227,30 @@ func (r *run) check(ctx context.Context) (Report, error) {
 	dup.Checked = r.faults[faultDuplicateID] + len(r.duplicateViolations)
 	dup.Violations = append(dup.Violations, r.duplicateViolations...)
 
-	// 6. Each job reaches the workers once.
+	// 6. Each job reaches the workers once. A push whose reply was lost as
+	// Redis was killed is retried into the new, empty Redis, which no longer
+	// knows the push's token: a copy popped before the kill and one after
+	// the restart are Redis's lost data, not a duplicate push.
 	once := inv("each attempt's job reaches the workers at most once")
-	delivered := map[string]int{}
+	popsOf := map[string][]time.Time{}
 	for _, p := range r.pops {
-		delivered[p.attempt]++
+		popsOf[p.attempt] = append(popsOf[p.attempt], p.at)
 	}
-	for a, n := range delivered {
+	for a, ts := range popsOf {
 		once.Checked++
-		if n > 1 {
-			once.Violations = append(once.Violations, fmt.Sprintf("the job of attempt %s reached the workers %d times", a, n))
+		if len(ts) < 2 {
+			continue
 		}
+		slices.SortFunc(ts, time.Time.Compare)
+		if len(ts) == 2 && !r.redisDown[0].IsZero() && ts[0].Before(r.redisDown[0]) && ts[1].After(r.redisDown[1]) {
+			continue
+		}
+		var at []string
+		for _, t := range ts {
+			at = append(at, t.Format("15:04:05.000"))
+		}
+		once.Violations = append(once.Violations, fmt.Sprintf("the job of attempt %s reached the workers %d times, at %s (Redis restarted empty %s-%s)",
+			a, len(ts), strings.Join(at, ", "), r.redisDown[0].Format("15:04:05.000"), r.redisDown[1].Format("15:04:05.000")))
 	}
 
 	// 7. Our faults burn no attempt.

@@ -62,11 +62,11 @@ func (r *run) networkFaults(stop <-chan struct{}) {
 	for !wait(stop, r.between(500*time.Millisecond, 2*time.Second)) {
 		r.netMu.Lock()
 		switch d := r.float(); {
-		case d < 0.4:
-			w := r.between(200*time.Millisecond, time.Second)
+		case d < 0.5:
+			w := r.between(500*time.Millisecond, 1500*time.Millisecond)
 			r.proxy.dropReplies(w, 1+r.intn(4))
 			time.Sleep(w + 200*time.Millisecond)
-		case d < 0.7:
+		case d < 0.75:
 			r.proxy.dropConns(1+r.intn(3), r.intn)
 		default:
 			out := r.between(time.Second, 2*time.Second)
