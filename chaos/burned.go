@@ -19,9 +19,10 @@ var answers = map[string]bool{"success": true, "duplicate": true, "failure": tru
 // judge finds the attempts our own faults burned: attempts that ended as
 // timeout although a worker pushed a success or failure for them before
 // their deadline, and attempts whose job reached the workers only after its
-// deadline, or never while Redis held it. An attempt whose job or result
-// was in Redis when Redis was restarted empty (redisDown: when it was
-// killed, when it answered again) is lost with Redis's data, not burned.
+// deadline, or never while Redis held it. An attempt whose job (forwarded
+// to Redis before the kill, by the proxy's record) or result was in Redis
+// when Redis was restarted empty (redisDown: when it was killed, when it
+// answered again) is lost with Redis's data, not burned.
 // For a job that never reached a worker, the line says whether a job for
 // the attempt was forwarded to Redis (forwarded: when, by the proxy) and, if
 // not, whether a scheduler was killed within pushWindow of the start
@@ -39,7 +40,7 @@ func judge(history []attemptRow, pushed []push, pops []pop, redisDown [2]time.Ti
 			firstPop[p.attempt] = p
 		}
 	}
-	killed, back := redisDown[0], redisDown[1]
+	killed := redisDown[0]
 	restarted := !killed.IsZero()
 	var j judgement
 	for _, h := range history {
@@ -68,12 +69,13 @@ func judge(history []attemptRow, pushed []push, pops []pop, redisDown [2]time.Ti
 			}
 			continue
 		}
-		if restarted && h.StartedAt.Before(back) && endedAfterKill {
-			j.lost++
+		at, sent := forwarded[h.AttemptUID]
+		if sent && restarted && at.Before(killed) && endedAfterKill {
+			j.lost++ // it waited in the list Redis lost
 			continue
 		}
 		why := ": its push never reached Redis"
-		if at, ok := forwarded[h.AttemptUID]; ok {
+		if sent {
 			why = fmt.Sprintf(" although its push reached Redis %v after the start", at.Sub(h.StartedAt).Round(time.Millisecond))
 		} else if killedDuring(schedulerKills, h.StartedAt, h.StartedAt.Add(pushWindow)) {
 			why += " (a scheduler was killed right after the start)"
