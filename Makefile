@@ -7,7 +7,7 @@ BIN := bin/bigtables
 # can report its own deadline as a failure (golang/go#75804, fixed in 1.27).
 FUZZTIME ?= 500000x
 
-.PHONY: help chaos chaos-short failover redis-cluster redis-cluster-stop redis-sentinel redis-sentinel-stop example-deps build test check unit bench-smoke bench bench-short fuzz services run demo-reset migrate docker-up docker-down docker-config clean
+.PHONY: help chaos chaos-short failover redis-cluster redis-cluster-stop redis-sentinel redis-sentinel-stop example-deps build test check unit bench-smoke bench bench-short fuzz schedule-diff services run demo-reset migrate docker-up docker-down docker-config clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-19s %s\n", $$1, $$2}'
@@ -65,10 +65,13 @@ fuzz: ## fuzz the decoders and parsers, FUZZTIME each (default 500000x execution
 	$(GO) test -run '^$$' -fuzz '^FuzzParsePolicy$$' -fuzztime $(FUZZTIME) ./refresh
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./schedule
 
+schedule-diff: example-deps ## the long differential test of schedules against python-dateutil (20,000 rules)
+	SCHEDULE_DIFF=long $(GO) test -count=1 -timeout 60m -run '^TestDifferentialDateutil$$' -v ./schedule
+
 services: ## start PostgreSQL and Redis unless they already answer
 	@scripts/services.sh
 
-example-deps: ## install what the example workers need (Python redis, jq, redis-cli, curl, npm packages) where missing
+example-deps: ## install what the example workers and tests need (Python redis and dateutil, jq, redis-cli, curl, npm packages) where missing
 	@scripts/example-deps.sh
 
 run: ## the demo, in database bigtables_demo and Redis lists bigtables-demo-*: four records, scheduler + poller + worker (Ctrl-C stops)

@@ -7,6 +7,12 @@
 //	update        change a record as a person saving it
 //	show          print one record as JSON
 //	list          list records
+//	delete        delete a record and its history
+//	pause         hold a record: never started, its running attempt cancelled
+//	resume        lift a pause
+//	run           refresh a record now, changing nothing else
+//	dead          list, requeue or purge dead letters
+//	stats         counts by phase, due lag, queue depths, live pollers
 //	plan          simulate a policy on a clock and print every attempt
 //	explain       print a record's or a policy's rules as sentences
 //	scheduler     run the scheduler until SIGINT/SIGTERM
@@ -16,6 +22,8 @@
 //	bench         measure throughput, latency, scaling and memory
 //	chaos         the fault run
 //	failover      the Redis failover run
+//	version       print the module version and VCS revision (also --version)
+//	completion    print a bash or zsh completion script
 //
 // The three long-running processes (scheduler, poller, worker) wait for
 // PostgreSQL and Redis at start, retrying with backoff, so the order in
@@ -62,6 +70,12 @@ var commands = []command{
 	{"update", "change a record as a person saving it: re-enables it and refreshes now", runUpdate},
 	{"show", "print one record as JSON", runShow},
 	{"list", "list records", runList},
+	{"delete", "delete a record and its history (its running attempt is cancelled)", runDelete},
+	{"pause", "hold a record: never started until resumed; its running attempt is cancelled", runPause},
+	{"resume", "lift a pause", runResume},
+	{"run", "refresh a record now, changing nothing else", runRun},
+	{"dead", "list, requeue or purge dead letters", runDead},
+	{"stats", "counts by phase, due lag, queue depths and live pollers (text or --json)", runStats},
 	{"plan", "simulate a policy on a clock and print every attempt", runPlan},
 	{"explain", "print a record's or a policy's rules as sentences", runExplain},
 	{"scheduler", "run the scheduler until SIGINT/SIGTERM", runScheduler},
@@ -71,6 +85,8 @@ var commands = []command{
 	{"bench", "measure throughput, latency, scaling and memory against local services", runBench},
 	{"chaos", "the fault run: kill processes, restart Redis, misbehave, then check invariants", runChaos},
 	{"failover", "the failover run: kill the Sentinel-managed Redis master under load, measure what it costs", runFailover},
+	{"version", "print the module version and VCS revision (also --version)", runVersion},
+	{"completion", "print a bash or zsh completion script", runCompletion},
 }
 
 func lookup(name string) (command, bool) {
@@ -138,6 +154,9 @@ func run(ctx context.Context, e env, args []string) int {
 			return 2
 		}
 		return 0
+	}
+	if args[0] == "--version" {
+		args = append([]string{"version"}, args[1:]...)
 	}
 	cmd, ok := lookup(args[0])
 	if !ok {

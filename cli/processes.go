@@ -20,7 +20,9 @@ import (
 func runScheduler(ctx context.Context, e env, args []string) error {
 	var cfg Config
 	var sc scheduler.Config
-	fs := flagSet(e, "scheduler", "scheduler [--interval D] [--batch N]", &cfg)
+	var httpAddr string
+	fs := flagSet(e, "scheduler", "scheduler [--interval D] [--batch N] [--http ADDR]", &cfg)
+	httpFlag(e, fs, &httpAddr)
 	fs.DurationVar(&sc.Interval, "interval", time.Second, "pause between ticks when nothing more is due")
 	fs.IntVar(&sc.Batch, "batch", 1000, "most attempts started per tick")
 	if _, err := parse(fs, args, 0); err != nil {
@@ -35,6 +37,14 @@ func runScheduler(ctx context.Context, e env, args []string) error {
 	}
 	sc.Logger = log
 	return cfg.runProcess(ctx, e, log, true, func(st *store.Store, q *queue.Queue) error {
+		m, stop, err := serveOps(ctx, httpAddr, log, st, q, "scheduler")
+		if err != nil {
+			return err
+		}
+		defer stop()
+		if m != nil {
+			sc.Observer = m
+		}
 		return scheduler.New(st, q, sc).Run(ctx)
 	})
 }
@@ -42,7 +52,9 @@ func runScheduler(ctx context.Context, e env, args []string) error {
 func runPoller(ctx context.Context, e env, args []string) error {
 	var cfg Config
 	var pc poller.Config
-	fs := flagSet(e, "poller", "poller [--batch N] [--max-result-bytes N] [--id ID]", &cfg)
+	var httpAddr string
+	fs := flagSet(e, "poller", "poller [--batch N] [--max-result-bytes N] [--id ID] [--http ADDR]", &cfg)
+	httpFlag(e, fs, &httpAddr)
 	fs.IntVar(&pc.Batch, "batch", 1000, "most results applied per transaction (at most this many results, each up to --max-result-bytes, are held in memory)")
 	fs.IntVar(&pc.MaxResultBytes, "max-result-bytes", protocol.DefaultMaxResultBytes, "larger results are dead-lettered")
 	fs.StringVar(&pc.ID, "id", "", "poller id naming its processing list (default: host-pid-random)")
@@ -65,6 +77,14 @@ func runPoller(ctx context.Context, e env, args []string) error {
 	}
 	pc.Logger = log
 	return cfg.runProcess(ctx, e, log, true, func(st *store.Store, q *queue.Queue) error {
+		m, stop, err := serveOps(ctx, httpAddr, log, st, q, "poller")
+		if err != nil {
+			return err
+		}
+		defer stop()
+		if m != nil {
+			pc.Observer = m
+		}
 		return poller.New(st, q, pc).Run(ctx)
 	})
 }
@@ -74,7 +94,9 @@ func runWorker(ctx context.Context, e env, args []string) error {
 	var concurrency int
 	var command string
 	var grace time.Duration
-	fs := flagSet(e, "worker", "worker [--concurrency N] [--exec CMD] [--shutdown-grace D]", &cfg)
+	var httpAddr string
+	fs := flagSet(e, "worker", "worker [--concurrency N] [--exec CMD] [--shutdown-grace D] [--http ADDR]", &cfg)
+	httpFlag(e, fs, &httpAddr)
 	fs.IntVar(&concurrency, "concurrency", 4, "jobs run at once")
 	fs.StringVar(&command, "exec", "", "run CMD (sh -c) per job in a process group of its own, job JSON on stdin; exit 0 is success (default: HTTP GET input_url)")
 	fs.DurationVar(&grace, "shutdown-grace", 0, "on SIGINT/SIGTERM, stop the jobs in hand after D, pushing nothing for them (0: let them finish; a second signal, a second or more after the first, stops them at once)")
@@ -98,7 +120,16 @@ func runWorker(ctx context.Context, e env, args []string) error {
 	abort, stopAbort := abortOnSecondSignal(log)
 	defer stopAbort()
 	return cfg.runProcess(ctx, e, log, false, func(_ *store.Store, q *queue.Queue) error {
-		return worker.Run(ctx, worker.Options{Queue: q, Concurrency: concurrency, ShutdownGrace: grace, Abort: abort, Logger: log}, h)
+		m, stop, err := serveOps(ctx, httpAddr, log, nil, q)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		stats := &worker.Stats{}
+		if m != nil {
+			m.ObserveWorker(stats)
+		}
+		return worker.Run(ctx, worker.Options{Queue: q, Concurrency: concurrency, ShutdownGrace: grace, Abort: abort, Logger: log, Stats: stats}, h)
 	})
 }
 

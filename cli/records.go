@@ -321,21 +321,43 @@ func runList(ctx context.Context, e env, args []string) error {
 	var cfg Config
 	var disabled, asJSON bool
 	var limit int
-	fs := flagSet(e, "list", "list [--disabled] [--json] [--limit N]", &cfg)
+	var opt store.ListOptions
+	var phase string
+	fs := flagSet(e, "list", "list [--phase P] [--failing] [--overdue] [--disabled] [--json] [--limit N] [--after UID]", &cfg)
 	fs.BoolVar(&disabled, "disabled", false, "only disabled records")
+	fs.StringVar(&phase, "phase", "", "only records in this phase: waiting, running, retrying, disabled, paused or idle")
+	fs.BoolVar(&opt.Failing, "failing", false, "only records that failed since their last success")
+	fs.BoolVar(&opt.Overdue, "overdue", false, "only records due and not started yet")
+	fs.StringVar(&opt.After, "after", "", "start after this uid (the next page: the last uid printed)")
 	fs.BoolVar(&asJSON, "json", false, "print a JSON array of records, as show does")
-	fs.IntVar(&limit, "limit", 1000, "at most this many records")
+	fs.IntVar(&limit, "limit", 1000, "at most this many records (1 to 100000)")
 	if _, err := parse(fs, args, 0); err != nil {
 		return err
 	}
+	if limit < 1 || limit > 100_000 {
+		return usagef("--limit %d: expected 1 to 100000", limit)
+	}
+	if phase != "" {
+		known := false
+		for _, p := range store.Phases {
+			known = known || string(p) == phase
+		}
+		if !known {
+			return usagef("--phase %q: expected waiting, running, retrying, disabled, paused or idle", phase)
+		}
+	}
+	opt.DisabledOnly, opt.Phase, opt.Limit = disabled, refresh.Phase(phase), limit
 	var rows []store.Row
 	err := cfg.withStore(ctx, func(st *store.Store) error {
 		var err error
-		rows, err = st.List(ctx, store.ListOptions{DisabledOnly: disabled, Limit: limit})
+		rows, err = st.List(ctx, opt)
 		return err
 	})
 	if err != nil {
 		return err
+	}
+	if len(rows) == limit {
+		fmt.Fprintf(e.stderr, "more records may follow: --after %s\n", rows[len(rows)-1].UID)
 	}
 	if asJSON {
 		out := make([]recordView, 0, len(rows))
@@ -395,6 +417,7 @@ type recordView struct {
 	StatusMessage  *string         `json:"status_message"`
 	CreatedAt      *string         `json:"created_at"`
 	UpdatedAt      *string         `json:"updated_at"`
+	Paused         bool            `json:"paused"`
 	// History is there only when asked for (show --history), [] if empty.
 	History *[]attemptView `json:"history,omitempty"`
 }
@@ -428,6 +451,7 @@ func recordJSON(r store.Row, history []store.Attempt) recordView {
 		StatusMessage:  jsonText(r.StatusMessage, r.StatusMessage != ""),
 		CreatedAt:      jsonTime(r.CreatedAt),
 		UpdatedAt:      jsonTime(r.UpdatedAt),
+		Paused:         r.Paused,
 	}
 	if history != nil {
 		h := make([]attemptView, 0, len(history))

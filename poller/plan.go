@@ -20,6 +20,7 @@ type item struct {
 // rejected is a result that cannot be applied, and why.
 type rejected struct {
 	raw, reason string
+	typ         string // the result's type, or TypeInvalid when it did not decode
 }
 
 // staleResult is a result that changes nothing, and why.
@@ -49,6 +50,10 @@ type batchPlan struct {
 	// handBack are the batch indexes of results whose record another
 	// transaction holds: they go back to the output list for a later batch.
 	handBack []int
+	// appliedTypes counts the applied results by type (for the Observer).
+	appliedTypes map[string]int
+	// disabled counts the records a final failure disabled.
+	disabled int
 }
 
 // merge appends a later plan's decisions (a batch applied in parts).
@@ -59,6 +64,28 @@ func (p *batchPlan) merge(q batchPlan) {
 	p.stale = append(p.stale, q.stale...)
 	p.applied += q.applied
 	p.handBack = append(p.handBack, q.handBack...)
+	for t, n := range q.appliedTypes {
+		if p.appliedTypes == nil {
+			p.appliedTypes = map[string]int{}
+		}
+		p.appliedTypes[t] += n
+	}
+	p.disabled += q.disabled
+}
+
+// counts is what became of the plan's results, for the Observer.
+func (p *batchPlan) counts() BatchCounts {
+	c := BatchCounts{Results: map[ResultKind]int{}, Disabled: p.disabled}
+	for t, n := range p.appliedTypes {
+		c.Results[ResultKind{t, OutcomeApplied}] += n
+	}
+	for _, s := range p.stale {
+		c.Results[ResultKind{string(s.res.Type), OutcomeStale}]++
+	}
+	for _, d := range p.dead {
+		c.Results[ResultKind{d.typ, OutcomeDead}]++
+	}
+	return c
 }
 
 // applyBatch decides, without any I/O, what the results do to the rows
@@ -82,12 +109,12 @@ func applyBatch(rows map[string]store.Row, busy map[string]bool, items []item, n
 			row, ok = plan.save[i], true
 		}
 		if !ok {
-			plan.dead = append(plan.dead, rejected{it.raw, fmt.Sprintf("unknown record: no big_table_uid %q", r.BigTableUID)})
+			plan.dead = append(plan.dead, rejected{it.raw, fmt.Sprintf("unknown record: no big_table_uid %q", r.BigTableUID), string(r.Type)})
 			continue
 		}
 		rl, err := rules.Get(row.Schedule, row.Policy)
 		if err != nil {
-			plan.dead = append(plan.dead, rejected{it.raw, fmt.Sprintf("record %q cannot apply results: %v", r.BigTableUID, err)})
+			plan.dead = append(plan.dead, rejected{it.raw, fmt.Sprintf("record %q cannot apply results: %v", r.BigTableUID, err), string(r.Type)})
 			continue
 		}
 		old := row.State
@@ -116,15 +143,20 @@ func applyBatch(rows map[string]store.Row, busy map[string]bool, items []item, n
 			continue
 		}
 		if err != nil { // no transition fails otherwise today; never lose the result
-			plan.dead = append(plan.dead, rejected{it.raw, fmt.Sprintf("apply %s to %q: %v", r.Type, r.BigTableUID, err)})
+			plan.dead = append(plan.dead, rejected{it.raw, fmt.Sprintf("apply %s to %q: %v", r.Type, r.BigTableUID, err), string(r.Type)})
 			continue
 		}
 		plan.applied++
+		if plan.appliedTypes == nil {
+			plan.appliedTypes = map[string]int{}
+		}
+		plan.appliedTypes[string(r.Type)]++
+		if row.Disabled && !old.Disabled {
+			plan.disabled++
+		}
 		if outcome != "" {
-			plan.finished = append(plan.finished, store.Attempt{
-				AttemptUID: r.AttemptUID, UID: r.BigTableUID, AttemptNo: old.AttemptNo, StartedAt: old.StartedAt,
-				FinishedAt: now, Outcome: outcome, Message: r.Message, Decision: string(step.Decision),
-			})
+			// Applied, so r.AttemptUID is old.AttemptUID.
+			plan.finished = append(plan.finished, store.Ended(r.BigTableUID, old, now, outcome, r.Message, step.Decision))
 		}
 		if i, done := changed[r.BigTableUID]; done {
 			plan.save[i] = row

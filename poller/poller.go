@@ -71,6 +71,42 @@ type Config struct {
 	// Draw returns uniform random numbers in [0, 1) for randomized retry
 	// strategies. Default math/rand/v2's Float64.
 	Draw func() float64
+	// Observer, if set, is told what every batch and every round of Run
+	// did (metrics, health).
+	Observer Observer
+}
+
+// Observer is told what the poller did. Its methods must not block.
+type Observer interface {
+	// ObserveResults is called once a batch is acknowledged (and for
+	// oversized results dead-lettered by the drain itself).
+	ObserveResults(BatchCounts)
+	// ObserveRound is called after each round of Run's loop: how many
+	// results it handled (0: the output list was empty), how long it
+	// took and its error (nil on success).
+	ObserveRound(results int, took time.Duration, err error)
+}
+
+// Result outcomes, as BatchCounts reports them.
+const (
+	OutcomeApplied = "applied" // the result changed its record
+	OutcomeStale   = "stale"   // the result's attempt is not the record's: discarded
+	OutcomeDead    = "dead"    // the result went to the dead-letter list
+)
+
+// TypeInvalid is the result type BatchCounts reports for results that
+// could not be decoded (their type is unknown).
+const TypeInvalid = "invalid"
+
+// ResultKind is a result's type (success, failure, status, or TypeInvalid)
+// and what became of it (an Outcome* constant).
+type ResultKind struct{ Type, Outcome string }
+
+// BatchCounts is what became of a batch's results.
+type BatchCounts struct {
+	Results map[ResultKind]int
+	// Disabled counts records a final failure disabled.
+	Disabled int
 }
 
 // DefaultDeadCap is the default cap of the dead-letter list.
@@ -186,6 +222,9 @@ func (p *Poller) Once(ctx context.Context) (int, error) {
 	p.countDropped(b.Dropped)
 	if b.Oversized > 0 {
 		p.dead.Add(int64(b.Oversized))
+		if p.cfg.Observer != nil {
+			p.cfg.Observer.ObserveResults(BatchCounts{Results: map[ResultKind]int{{TypeInvalid, OutcomeDead}: b.Oversized}})
+		}
 		p.log.Warn("oversized results dead-lettered", "count", b.Oversized, "limit_bytes", p.cfg.MaxResultBytes)
 	}
 	if len(b.Results) == 0 {
@@ -212,7 +251,7 @@ func (p *Poller) process(ctx context.Context, b queue.Batch) (int, error) {
 	for i, v := range b.Results {
 		r, err := protocol.DecodeResult([]byte(v), p.cfg.MaxResultBytes)
 		if err != nil {
-			done.dead = append(done.dead, rejected{v, err.Error()})
+			done.dead = append(done.dead, rejected{v, err.Error(), TypeInvalid})
 			continue
 		}
 		items = append(items, item{idx: i, raw: v, res: r})
@@ -254,6 +293,9 @@ func (p *Poller) process(ctx context.Context, b queue.Batch) (int, error) {
 	p.dead.Add(int64(len(ack.Dead)))
 	p.handedBack.Add(int64(len(done.handBack)))
 	p.batches.Add(1)
+	if p.cfg.Observer != nil {
+		p.cfg.Observer.ObserveResults(done.counts())
+	}
 	p.log.Debug("batch applied", "results", len(b.Results), "applied", done.applied, "stale", len(done.stale),
 		"dead", len(ack.Dead), "handed_back", len(done.handBack))
 	return len(b.Results) - len(done.handBack), nil
@@ -285,7 +327,7 @@ func (p *Poller) apply(ctx context.Context, items []item, rcv refresh.Received, 
 	}
 	if len(items) == 1 {
 		reason := fmt.Sprintf("the database refused the result: %v (SQLSTATE %s)", err, store.SQLState(err))
-		done.dead = append(done.dead, rejected{items[0].raw, reason})
+		done.dead = append(done.dead, rejected{items[0].raw, reason, string(items[0].res.Type)})
 		return nil
 	}
 	p.log.Warn("the database refused a value of the batch; applying it in halves to find the culprit", "results", len(items), "err", err)
@@ -356,6 +398,7 @@ func (p *Poller) Run(ctx context.Context) error {
 	backoff := time.Duration(0)
 	for ctx.Err() == nil {
 		var n int
+		roundStart := time.Now()
 		err := func() error {
 			if time.Since(lastBeat) > p.cfg.Lease/3 {
 				registered, err := p.queue.Heartbeat(work, p.lease)
@@ -377,6 +420,9 @@ func (p *Poller) Run(ctx context.Context) error {
 			n, err = p.Once(work)
 			return err
 		}()
+		if p.cfg.Observer != nil {
+			p.cfg.Observer.ObserveRound(n, time.Since(roundStart), err)
+		}
 		if errors.Is(err, queue.ErrIDInUse) {
 			return fmt.Errorf("poller stopped: %w: another process took this poller's id over after its lease lapsed", err)
 		}

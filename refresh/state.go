@@ -41,6 +41,9 @@ type State struct {
 	Disabled bool
 	// DisabledReason is the user-friendly text shown while Disabled.
 	DisabledReason string
+	// Paused is set and cleared by a person (pause, resume): a paused
+	// record is never started. Transitions leave it alone.
+	Paused bool
 }
 
 // Running reports whether an attempt is in progress.
@@ -53,6 +56,9 @@ type Phase string
 
 // The phases of a record.
 const (
+	// PhasePaused: a person paused the record; it starts nothing until
+	// resumed.
+	PhasePaused Phase = "paused"
 	// PhaseDisabled: a final failure disabled the record until an update.
 	PhaseDisabled Phase = "disabled"
 	// PhaseRunning: an attempt is in progress.
@@ -67,10 +73,13 @@ const (
 	PhaseWaiting Phase = "waiting"
 )
 
-// Phase returns the record's phase. Disabled wins over everything, then a
-// running attempt, then what is planned.
+// Phase returns the record's phase. Paused wins over everything (a
+// person's hold), then disabled, then a running attempt, then what is
+// planned.
 func (s State) Phase() Phase {
 	switch {
+	case s.Paused:
+		return PhasePaused
 	case s.Disabled:
 		return PhaseDisabled
 	case s.Running():
@@ -85,7 +94,7 @@ func (s State) Phase() Phase {
 
 // Due reports whether the scheduler should start an attempt at now.
 func (s State) Due(now time.Time) bool {
-	return !s.Disabled && !s.Running() && !s.RefreshAt.IsZero() && !s.RefreshAt.After(now)
+	return !s.Disabled && !s.Paused && !s.Running() && !s.RefreshAt.IsZero() && !s.RefreshAt.After(now)
 }
 
 // TimedOut reports whether the running attempt's deadline has passed at now.

@@ -391,6 +391,8 @@ func TestPhase(t *testing.T) {
 		{State{}, PhaseIdle},
 		{State{Disabled: true, DisabledReason: "x", AttemptNo: 7}, PhaseDisabled},
 		{State{Disabled: true, AttemptUID: "a", RefreshAt: at}, PhaseDisabled},
+		{State{Paused: true, RefreshAt: at}, PhasePaused},
+		{State{Paused: true, Disabled: true, DisabledReason: "x"}, PhasePaused},
 	}
 	for _, tt := range tests {
 		if got := tt.s.Phase(); got != tt.want {

@@ -1,63 +1,70 @@
 // Package schedule owns recurrence schedules: RFC 5545 text (a DTSTART line and
-// one RRULE line) parsed, validated and evaluated through teambition/rrule-go,
-// guarded against that library's known traps.
+// one RRULE line) parsed, validated and evaluated exactly and within a bounded
+// amount of work, whatever the rule.
 //
-// The guards, each tested:
+// The package evaluates rules itself (engine.go) rather than through
+// teambition/rrule-go, which cannot be bounded or made exact from outside: it
+// materialises a whole period (31.6 million instants for a yearly rule listing
+// every month, day, hour, minute and second), iterates from DTSTART and stops
+// 292 years after it, counts local times that do not exist, compares UNTIL as
+// a wall clock and can loop for minutes on a BYSETPOS that never matches. The
+// library stays the in-process reference of the tests for the cases it gets
+// right; python-dateutil is the differential reference for the rest.
 //
-//   - Rules are parsed here, not by the library, so every bad key or value gets
-//     a message that names it and says what is expected, and silent library
-//     defaults (a missing DTSTART becoming time.Now, a second RRULE replacing the
-//     first, ignored EXRULE lines) cannot happen.
-//   - HOURLY, MINUTELY and SECONDLY rules whose BYHOUR/BYMINUTE/BYSECOND can
-//     never be reached from DTSTART with their INTERVAL would loop forever
-//     inside the library; Parse proves reachability first and refuses them.
+// The guarantees, each tested:
+//
+//   - Rules are parsed here, so every bad key or value gets a message that
+//     names it and says what is expected.
+//   - No search does more than a fixed number of steps (maxSteps), so no rule
+//     can hang a process or take its memory; the limits that make this
+//     possible (README, "Schedules") are checked by [Parse] and
+//     [Schedule.Validate], and their refusals name the limit.
 //   - Rules without any occurrence are refused by [Schedule.Validate].
-//   - Evaluation is rebased near the queried time, so [Schedule.Next] costs the
-//     same whatever the age of DTSTART.
-//   - A *Schedule is immutable and safe for concurrent use: every call builds
-//     its own library iterator.
+//   - [Schedule.Next] jumps to the period of the queried time: its cost does
+//     not depend on the age of DTSTART, COUNT included (the last occurrence
+//     of a COUNT rule is found once, by Parse).
+//   - A *Schedule is immutable and safe for concurrent use.
 //
 // # Time zones and daylight saving time
 //
-// DTSTART may carry a TZID; occurrences are then wall-clock times in that zone.
-// The rule is evaluated on wall-clock (floating) time and each occurrence is
-// then placed in the zone, following RFC 5545:
+// DTSTART may carry a TZID; the rule is then expanded on wall-clock times in
+// that zone (the time of day of every occurrence comes from DTSTART's wall
+// clock or the BY parts, never from an instant), and each occurrence is then
+// placed in the zone, following RFC 5545:
 //
 //   - an occurrence at a local time that does not exist (the hour skipped when
-//     clocks go forward) is ignored (§3.3.10);
+//     clocks go forward) is ignored and not counted by COUNT (§3.3.10);
 //   - an occurrence at a local time that happens twice (the hour repeated when
 //     clocks go back) means the first of the two instants (§3.3.5).
 //
-// So DAILY at 02:30 America/New_York has no occurrence on the spring-forward
-// day, and HOURLY in that zone fires once per wall-clock hour, never twice.
-// DTSTART without TZID and without "Z" is read as UTC, and a missing DTSTART
-// becomes the time the schedule is saved, in UTC.
+// UNTIL with a trailing Z is an instant; without it, a wall clock in the zone
+// of DTSTART (a date alone includes that whole day). DTSTART without TZID and
+// without "Z" is read as UTC, and a missing DTSTART becomes the time the
+// schedule is saved, in UTC. Years run from 0001 to 9999.
 package schedule
 
 import (
 	"errors"
 	"fmt"
+	"math/bits"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/teambition/rrule-go"
 )
 
 // ErrInvalid is wrapped by every error that reports a schedule the package
 // refuses, so callers can tell bad input from other failures with errors.Is.
 var ErrInvalid = errors.New("invalid schedule")
 
-// Schedule is a parsed, validated recurrence rule. The zero value and a nil
-// *Schedule are empty schedules: they have no occurrences.
+// maxTextLen is limit 1: the longest schedule text accepted, in bytes.
+const maxTextLen = 4096
+
+// Schedule is a parsed recurrence rule. The zero value and a nil *Schedule
+// are empty schedules: they have no occurrences.
 type Schedule struct {
-	text string         // canonical text, as returned by String
-	loc  *time.Location // zone of DTSTART; occurrences are wall-clock times in it
-	opt  rrule.ROption  // the rule on floating (UTC-labelled wall-clock) time
-	// pinned holds BYHOUR/BYMINUTE/BYSECOND and the BY* day fields the library
-	// derives from DTSTART, so the rule can be rebased onto a later DTSTART
-	// without changing its meaning.
-	pinned rrule.ROption
+	text string // canonical text, as returned by String
+	p    *plan
 }
 
 // Parse reads schedule text: an optional DTSTART line and one RRULE line,
@@ -68,6 +75,9 @@ type Schedule struct {
 // record is saved, and store the canonical String so it is explicit from then
 // on). A zero defaultStart makes a missing DTSTART an error.
 func Parse(text string, defaultStart time.Time) (*Schedule, error) {
+	if len(text) > maxTextLen {
+		return nil, invalid("the schedule is %d bytes long; at most %d are accepted (limit 1)", len(text), maxTextLen)
+	}
 	text = strings.TrimSpace(strings.ReplaceAll(text, `\n`, "\n"))
 	if text == "" {
 		return nil, nil
@@ -99,8 +109,8 @@ func Parse(text string, defaultStart time.Time) (*Schedule, error) {
 		return nil, invalid("missing RRULE line (e.g. RRULE:FREQ=DAILY;BYHOUR=6,16)")
 	}
 
-	var start time.Time
-	var loc *time.Location
+	var start int64
+	loc := time.UTC
 	if dtLine != "" {
 		var err error
 		if start, loc, err = parseDTStart(dtLine); err != nil {
@@ -110,24 +120,19 @@ func Parse(text string, defaultStart time.Time) (*Schedule, error) {
 		if defaultStart.IsZero() {
 			return nil, invalid("missing DTSTART line (e.g. DTSTART:20240101T060000Z)")
 		}
-		loc = time.UTC
-		start = defaultStart.UTC().Truncate(time.Second)
+		start = wallOf(defaultStart.UTC())
 	}
 
 	_, value, _ := strings.Cut(ruleLine, ":")
-	opt, err := parseRule(value, loc)
+	p, err := buildPlan(value, start, loc)
 	if err != nil {
 		return nil, err
 	}
-	opt.Dtstart = floating(start)
-	if err := checkReachable(opt); err != nil {
-		return nil, err
+	s := &Schedule{p: p}
+	if !s.Start().After(time.Time{}) {
+		// Callers read the zero time as "no occurrence".
+		return nil, invalid("DTSTART must be after 0001-01-01T00:00:00Z (Go's zero time, which stands for no time)")
 	}
-	if _, err := rrule.NewRRule(opt); err != nil {
-		// parseRule checks every bound the library checks; this is a safety net.
-		return nil, invalid("%v", err)
-	}
-	s := &Schedule{loc: loc, opt: opt, pinned: pin(opt)}
 	s.text = s.canonical(value)
 	return s, nil
 }
@@ -151,110 +156,74 @@ func (s *Schedule) String() string {
 	return s.text
 }
 
-// Start returns DTSTART as an instant.
+// Start returns DTSTART as an instant: the first instant of its local time,
+// or, when that local time does not exist, the instant Go's time.Date gives
+// it.
 func (s *Schedule) Start() time.Time {
-	if s == nil {
+	if s == nil || s.p == nil {
 		return time.Time{}
 	}
-	dt := s.opt.Dtstart
-	return time.Date(dt.Year(), dt.Month(), dt.Day(), dt.Hour(), dt.Minute(), dt.Second(), 0, s.loc)
+	if t, ok := s.p.place(s.p.start); ok {
+		return t
+	}
+	y, m, d := civilFromDays(floorDiv(s.p.start, secPerDay))
+	sod := int(floorMod(s.p.start, secPerDay))
+	return time.Date(y, time.Month(m), d, sod/3600, sod%3600/60, sod%60, 0, s.p.loc)
 }
 
 // Location returns the zone the schedule's wall-clock times are in.
 func (s *Schedule) Location() *time.Location {
-	if s == nil {
+	if s == nil || s.p == nil {
 		return time.UTC
 	}
-	return s.loc
+	return s.p.loc
 }
 
 // Validate reports an error when the schedule has no occurrence at all (for
 // example FREQ=YEARLY;BYMONTH=2;BYMONTHDAY=30), so such a rule is refused when
-// it is saved rather than silently never firing.
+// it is saved rather than silently never firing, and when its first
+// occurrence cannot be found within the work limit.
 func (s *Schedule) Validate() error {
-	if s == nil {
+	if s == nil || s.p == nil {
 		return nil
 	}
-	if s.Next(s.Start().Add(-time.Second)).IsZero() {
+	p := s.p
+	if p.count > 0 {
+		if p.last < 0 {
+			return invalid("the rule has no occurrence: it would never fire")
+		}
+		return nil
+	}
+	_, res := p.next(time.Unix(p.start-unixEpochWall-2*secPerDay, 0))
+	switch res {
+	case exhausted:
 		return invalid("the rule has no occurrence: it would never fire")
+	case overLimit:
+		return invalid("no occurrence found within %d steps of DTSTART (limit 5): the rule cannot be evaluated cheaply", maxSteps)
 	}
 	return nil
 }
 
 // Next returns the first occurrence strictly after t, or the zero time when
-// there is none (empty schedule, or COUNT/UNTIL reached).
+// there is none (empty schedule, or COUNT/UNTIL reached, or past the year
+// 9999).
 func (s *Schedule) Next(t time.Time) time.Time {
-	if s == nil {
+	if s == nil || s.p == nil {
 		return time.Time{}
 	}
-	w := floating(t.In(s.loc))
-	r, err := rrule.NewRRule(s.rebased(w))
-	if err != nil {
-		return time.Time{} // unreachable: the options were validated by Parse
-	}
-	next := r.Iterator()
-	for {
-		c, ok := next()
-		if !ok {
-			return time.Time{}
-		}
-		if !c.After(w) {
-			continue
-		}
-		// Walls at or below w map to instants at or before t (see the package
-		// doc), so only later walls need placing; a wall in the repeated hour
-		// can still map before t, and a skipped wall maps nowhere.
-		if at, ok := s.place(c); ok && at.After(t) {
-			return at
-		}
-	}
-}
-
-// place maps a floating wall-clock time to an instant in the schedule's zone:
-// false when the wall time does not exist there, the earlier instant when it
-// exists twice.
-func (s *Schedule) place(w time.Time) (time.Time, bool) {
-	y, mo, d := w.Date()
-	h, mi, sec := w.Clock()
-	t := time.Date(y, mo, d, h, mi, sec, 0, s.loc)
-	if !sameWall(t, w) {
-		return time.Time{}, false
-	}
-	// Look for an earlier instant with the same wall clock (clocks went back).
-	best := t
-	for _, probe := range []time.Duration{-12 * time.Hour, 12 * time.Hour} {
-		_, off := t.Add(probe).Zone()
-		u := w.Add(-time.Duration(off) * time.Second).In(s.loc)
-		if sameWall(u, w) && u.Before(best) {
-			best = u
-		}
-	}
-	return best, true
-}
-
-func sameWall(t, w time.Time) bool {
-	y1, m1, d1 := t.Date()
-	y2, m2, d2 := w.Date()
-	h1, n1, s1 := t.Clock()
-	h2, n2, s2 := w.Clock()
-	return y1 == y2 && m1 == m2 && d1 == d2 && h1 == h2 && n1 == n2 && s1 == s2
-}
-
-// floating returns the wall clock of t labelled as UTC, truncated to seconds.
-func floating(t time.Time) time.Time {
-	y, mo, d := t.Date()
-	h, mi, s := t.Clock()
-	return time.Date(y, mo, d, h, mi, s, 0, time.UTC)
+	at, _ := s.p.next(t)
+	return at
 }
 
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
 }
 
-func parseDTStart(line string) (time.Time, *time.Location, error) {
+// parseDTStart returns DTSTART's wall clock and zone.
+func parseDTStart(line string) (int64, *time.Location, error) {
 	head, value, ok := strings.Cut(line, ":")
 	if !ok || strings.TrimSpace(value) == "" {
-		return time.Time{}, nil, invalid("DTSTART line %q has no value (e.g. DTSTART:20240101T060000Z)", line)
+		return 0, nil, invalid("DTSTART line %q has no value (e.g. DTSTART:20240101T060000Z)", line)
 	}
 	value = strings.TrimSpace(value)
 	loc := time.UTC
@@ -266,7 +235,7 @@ func parseDTStart(line string) (time.Time, *time.Location, error) {
 		case "TZID":
 			l, err := time.LoadLocation(strings.TrimSpace(v))
 			if err != nil || v == "" {
-				return time.Time{}, nil, invalid("unknown TZID %q: expected an IANA zone such as Europe/Paris", v)
+				return 0, nil, invalid("unknown TZID %q: expected an IANA zone such as Europe/Paris", v)
 			}
 			loc = l
 		case "VALUE":
@@ -275,45 +244,48 @@ func parseDTStart(line string) (time.Time, *time.Location, error) {
 				dateOnly = true
 			case "DATE-TIME":
 			default:
-				return time.Time{}, nil, invalid("DTSTART VALUE=%s: expected DATE or DATE-TIME", v)
+				return 0, nil, invalid("DTSTART VALUE=%s: expected DATE or DATE-TIME", v)
 			}
 		default:
-			return time.Time{}, nil, invalid("unsupported DTSTART parameter %q: expected TZID or VALUE", p)
+			return 0, nil, invalid("unsupported DTSTART parameter %q: expected TZID or VALUE", p)
 		}
 	}
 	layout := "20060102T150405"
 	if dateOnly {
 		layout = "20060102"
 	}
-	utc := strings.HasSuffix(strings.ToUpper(value), "Z")
-	if utc {
+	if strings.HasSuffix(strings.ToUpper(value), "Z") {
 		value = value[:len(value)-1]
 		if len(params) > 0 && loc != time.UTC {
-			return time.Time{}, nil, invalid("DTSTART %q has both TZID and a trailing Z: use one", line)
+			return 0, nil, invalid("DTSTART %q has both TZID and a trailing Z: use one", line)
 		}
 	}
-	t, err := time.ParseInLocation(layout, value, loc)
+	// The wall clock as written: a local time that does not exist stays
+	// what it says, so later occurrences keep DTSTART's time of day.
+	t, err := time.Parse(layout, value)
 	if err != nil {
-		return time.Time{}, nil, invalid("DTSTART value %q: expected %s (e.g. 20240101T060000Z)", value, strings.ReplaceAll(layout, "20060102", "YYYYMMDD"))
+		return 0, nil, invalid("DTSTART value %q: expected %s (e.g. 20240101T060000Z)", value, strings.ReplaceAll(layout, "20060102", "YYYYMMDD"))
 	}
-	return t, loc, nil
+	if t.Year() < 1 {
+		return 0, nil, invalid("DTSTART value %q: the year must be 0001 to 9999", value)
+	}
+	return wallOf(t), loc, nil
 }
 
-var freqs = map[string]rrule.Frequency{
-	"YEARLY": rrule.YEARLY, "MONTHLY": rrule.MONTHLY, "WEEKLY": rrule.WEEKLY, "DAILY": rrule.DAILY,
-	"HOURLY": rrule.HOURLY, "MINUTELY": rrule.MINUTELY, "SECONDLY": rrule.SECONDLY,
+var freqs = map[string]freq{
+	"YEARLY": yearly, "MONTHLY": monthly, "WEEKLY": weekly, "DAILY": daily,
+	"HOURLY": hourly, "MINUTELY": minutely, "SECONDLY": secondly,
 }
 
-var weekdays = map[string]rrule.Weekday{
-	"MO": rrule.MO, "TU": rrule.TU, "WE": rrule.WE, "TH": rrule.TH, "FR": rrule.FR, "SA": rrule.SA, "SU": rrule.SU,
-}
+var weekdays = map[string]int{"MO": 0, "TU": 1, "WE": 2, "TH": 3, "FR": 4, "SA": 5, "SU": 6}
 
-// parseRule parses the value of an RRULE line into library options, checking
-// every key and bound itself.
-func parseRule(value string, loc *time.Location) (rrule.ROption, error) {
-	var opt rrule.ROption
+// buildPlan parses the value of an RRULE line, checking every key, bound and
+// limit, and prepares the rule for evaluation from DTSTART start in loc.
+func buildPlan(value string, start int64, loc *time.Location) (*plan, error) {
+	p := &plan{loc: loc, start: start, interval: 1, untilWall: maxWall, last: -1}
 	seen := map[string]bool{}
-	hasFreq := false
+	var byhour, byminute, bysecond, bymonth, bymonthday, byyearday []int
+	var plainDays []int
 	for _, part := range strings.Split(strings.TrimSpace(value), ";") {
 		if strings.TrimSpace(part) == "" {
 			continue
@@ -322,10 +294,10 @@ func parseRule(value string, loc *time.Location) (rrule.ROption, error) {
 		k = strings.ToUpper(strings.TrimSpace(k))
 		v = strings.ToUpper(strings.TrimSpace(v))
 		if !ok || v == "" {
-			return opt, invalid("RRULE part %q: expected KEY=VALUE", part)
+			return nil, invalid("RRULE part %q: expected KEY=VALUE", part)
 		}
 		if seen[k] {
-			return opt, invalid("RRULE key %s given twice", k)
+			return nil, invalid("RRULE key %s given twice", k)
 		}
 		seen[k] = true
 		var err error
@@ -333,75 +305,219 @@ func parseRule(value string, loc *time.Location) (rrule.ROption, error) {
 		case "FREQ":
 			f, ok := freqs[v]
 			if !ok {
-				return opt, invalid("FREQ=%s: expected one of YEARLY, MONTHLY, WEEKLY, DAILY, HOURLY, MINUTELY, SECONDLY", v)
+				return nil, invalid("FREQ=%s: expected one of YEARLY, MONTHLY, WEEKLY, DAILY, HOURLY, MINUTELY, SECONDLY", v)
 			}
-			opt.Freq, hasFreq = f, true
+			p.freq = f
 		case "INTERVAL":
-			opt.Interval, err = intIn(k, v, 1, 1_000_000)
+			var n int
+			n, err = intIn(k, v, 1, 1_000_000)
+			p.interval = int64(n)
 		case "COUNT":
-			opt.Count, err = intIn(k, v, 1, 1_000_000)
+			p.count, err = intIn(k, v, 1, 1_000_000)
 		case "UNTIL":
-			opt.Until, err = parseUntil(v, loc)
+			err = parseUntil(p, v)
 		case "WKST":
 			wd, ok := weekdays[v]
 			if !ok {
-				return opt, invalid("WKST=%s: expected MO, TU, WE, TH, FR, SA or SU", v)
+				return nil, invalid("WKST=%s: expected MO, TU, WE, TH, FR, SA or SU", v)
 			}
-			opt.Wkst = wd
+			p.wkst = int64(wd)
 		case "BYSECOND":
-			opt.Bysecond, err = intList(k, v, 0, 59, false)
+			bysecond, err = intList(k, v, 0, 59, false)
 		case "BYMINUTE":
-			opt.Byminute, err = intList(k, v, 0, 59, false)
+			byminute, err = intList(k, v, 0, 59, false)
 		case "BYHOUR":
-			opt.Byhour, err = intList(k, v, 0, 23, false)
+			byhour, err = intList(k, v, 0, 23, false)
 		case "BYMONTH":
-			opt.Bymonth, err = intList(k, v, 1, 12, false)
+			bymonth, err = intList(k, v, 1, 12, false)
 		case "BYMONTHDAY":
-			opt.Bymonthday, err = intList(k, v, 1, 31, true)
+			bymonthday, err = intList(k, v, 1, 31, true)
 		case "BYYEARDAY":
-			opt.Byyearday, err = intList(k, v, 1, 366, true)
+			byyearday, err = intList(k, v, 1, 366, true)
 		case "BYWEEKNO":
-			opt.Byweekno, err = intList(k, v, 1, 53, true)
+			p.weeknos, err = intList(k, v, 1, 53, true)
 		case "BYSETPOS":
-			opt.Bysetpos, err = intList(k, v, 1, 366, true)
+			p.setpos, err = intList(k, v, 1, 366, true)
 		case "BYDAY":
-			opt.Byweekday, err = dayList(v)
+			plainDays, p.nth, err = dayList(v)
 		default:
-			return opt, invalid("unknown RRULE key %s", k)
+			return nil, invalid("unknown RRULE key %s", k)
 		}
 		if err != nil {
-			return opt, err
+			return nil, err
 		}
 	}
-	if !hasFreq {
-		return opt, invalid("RRULE has no FREQ (e.g. FREQ=DAILY)")
+	if !seen["FREQ"] {
+		return nil, invalid("RRULE has no FREQ (e.g. FREQ=DAILY)")
 	}
 	if seen["COUNT"] && seen["UNTIL"] {
-		return opt, invalid("RRULE has both COUNT and UNTIL: RFC 5545 allows one of them")
+		return nil, invalid("RRULE has both COUNT and UNTIL: RFC 5545 allows one of them")
 	}
-	if seen["BYWEEKNO"] && opt.Freq != rrule.YEARLY {
-		return opt, invalid("BYWEEKNO is only allowed with FREQ=YEARLY")
+	if seen["BYWEEKNO"] && p.freq != yearly {
+		return nil, invalid("BYWEEKNO is only allowed with FREQ=YEARLY")
 	}
-	if seen["BYYEARDAY"] && (opt.Freq == rrule.DAILY || opt.Freq == rrule.WEEKLY || opt.Freq == rrule.MONTHLY) {
-		return opt, invalid("BYYEARDAY is not allowed with FREQ=DAILY, WEEKLY or MONTHLY")
+	if seen["BYYEARDAY"] && (p.freq == daily || p.freq == weekly || p.freq == monthly) {
+		return nil, invalid("BYYEARDAY is not allowed with FREQ=DAILY, WEEKLY or MONTHLY")
 	}
-	if seen["BYMONTHDAY"] && opt.Freq == rrule.WEEKLY {
-		return opt, invalid("BYMONTHDAY is not allowed with FREQ=WEEKLY")
+	if seen["BYMONTHDAY"] && p.freq == weekly {
+		return nil, invalid("BYMONTHDAY is not allowed with FREQ=WEEKLY")
 	}
-	if opt.Freq != rrule.MONTHLY && opt.Freq != rrule.YEARLY {
-		for _, d := range opt.Byweekday {
-			if d.N() != 0 {
-				return opt, invalid("BYDAY with a number (like 2MO) needs FREQ=MONTHLY or YEARLY")
+	if p.nth != nil && p.freq != monthly && p.freq != yearly {
+		return nil, invalid("BYDAY with a number (like 2MO) needs FREQ=MONTHLY or YEARLY")
+	}
+	if p.nth != nil && p.freq == yearly && seen["BYWEEKNO"] {
+		return nil, invalid("BYDAY with a number (like 2MO) is not allowed with BYWEEKNO")
+	}
+	if seen["BYSETPOS"] && len(seen) == 2+boolInt(seen["INTERVAL"])+boolInt(seen["COUNT"])+boolInt(seen["UNTIL"])+boolInt(seen["WKST"]) {
+		return nil, invalid("BYSETPOS needs another BYxxx rule part to select from")
+	}
+
+	// Day filters, with the values RFC 5545 takes from DTSTART when the
+	// rule gives none.
+	sday := floorDiv(start, secPerDay)
+	sy, sm, sd := civilFromDays(sday)
+	p.sday, p.sy, p.sm = sday, sy, sm
+	for _, m := range bymonth {
+		p.months |= 1 << m
+	}
+	for _, d := range plainDays {
+		p.weekdays |= 1 << d
+	}
+	for _, d := range bymonthday {
+		p.hasMday = true
+		if d > 0 {
+			p.mdays |= 1 << d
+		} else {
+			p.nmdays |= 1 << -d
+		}
+	}
+	for _, d := range byyearday {
+		p.hasYday = true
+		if d > 0 {
+			p.ydays[d>>6] |= 1 << (d & 63)
+		} else {
+			p.nydays[-d>>6] |= 1 << (-d & 63)
+		}
+	}
+	if !seen["BYWEEKNO"] && !seen["BYYEARDAY"] && !seen["BYMONTHDAY"] && !seen["BYDAY"] {
+		switch p.freq {
+		case yearly:
+			if !seen["BYMONTH"] {
+				p.months = 1 << sm
+			}
+			p.hasMday, p.mdays = true, 1<<sd
+		case monthly:
+			p.hasMday, p.mdays = true, 1<<sd
+		case weekly:
+			p.weekdays = 1 << floorMod(sday, 7)
+		}
+	}
+
+	// Times of day.
+	sod := floorMod(start, secPerDay)
+	orStart := func(list []int, v int64) []int {
+		if list != nil {
+			return list
+		}
+		return []int{int(v)}
+	}
+	sh, smin, ssec := sod/3600, sod%3600/60, sod%60
+	switch p.freq {
+	case hourly, minutely, secondly:
+		p.unit = p.freq.unitSeconds()
+		p.step = p.unit * p.interval
+		p.grid0 = floorDiv(start, p.unit) * p.unit
+		for _, h := range byhour {
+			p.hourSet |= 1 << h
+		}
+		var inPeriod []int64
+		switch p.freq {
+		case hourly:
+			for _, m := range orStart(byminute, smin) {
+				for _, s := range orStart(bysecond, ssec) {
+					inPeriod = append(inPeriod, int64(m*60+s))
+				}
+			}
+		case minutely:
+			for _, m := range byminute {
+				p.minuteSet |= 1 << m
+			}
+			for _, s := range orStart(bysecond, ssec) {
+				inPeriod = append(inPeriod, int64(s))
+			}
+		case secondly:
+			for _, m := range byminute {
+				p.minuteSet |= 1 << m
+			}
+			for _, s := range bysecond {
+				p.secondSet |= 1 << s
+			}
+			inPeriod = []int64{0}
+		}
+		p.offsets = inPeriod
+		if p.setpos != nil {
+			p.offsets = nil
+			for _, pos := range p.setpos {
+				i := pos - 1
+				if pos < 0 {
+					i = len(inPeriod) + pos
+				}
+				if i >= 0 && i < len(inPeriod) {
+					p.offsets = append(p.offsets, inPeriod[i])
+				}
+			}
+			slices.Sort(p.offsets)
+			p.offsets = slices.Compact(p.offsets)
+			if len(p.offsets) == 0 {
+				return nil, invalid("BYSETPOS=%s never matches: every %s period has %d instance(s)", joinInts(p.setpos), strings.TrimSuffix(strings.ToLower(freqNames[p.freq]), "ly"), len(inPeriod))
+			}
+		}
+		if err := checkReachable(p, byhour, byminute, bysecond); err != nil {
+			return nil, err
+		}
+		if p.hasDayFilter() && secPerDay%p.step != 0 && p.step%secPerDay != 0 {
+			return nil, invalid("FREQ=%s;INTERVAL=%d with BYMONTH, BYMONTHDAY, BYYEARDAY or BYDAY: its steps fall at other times each day; with day filters the step must divide 24 hours or be a whole number of days (limit 4)", freqNames[p.freq], p.interval)
+		}
+	default:
+		p.hours, p.minutes, p.seconds = orStart(byhour, sh), orStart(byminute, smin), orStart(bysecond, ssec)
+		if p.setpos != nil {
+			most := int64(map[freq]int{yearly: 366, monthly: 31, weekly: 7, daily: 1}[p.freq])
+			if p.hasMday && p.freq != yearly {
+				most = min(most, int64(bits.OnesCount32(p.mdays)+bits.OnesCount32(p.nmdays)))
+			}
+			if p.weekdays != 0 || p.nth != nil {
+				perMonth := int64(5*bits.OnesCount8(p.weekdays) + len(p.nth))
+				switch p.freq {
+				case monthly:
+					most = min(most, perMonth)
+				case yearly:
+					most = min(most, 12*perMonth)
+				case weekly:
+					most = min(most, int64(bits.OnesCount8(p.weekdays)))
+				}
+			}
+			most *= p.ntimes()
+			if !slices.ContainsFunc(p.setpos, func(pos int) bool { return int64(max(pos, -pos)) <= most }) {
+				return nil, invalid("BYSETPOS=%s never matches: a %s period has at most %d instance(s)", joinInts(p.setpos), strings.ToLower(freqNames[p.freq]), most)
 			}
 		}
 	}
-	if seen["BYSETPOS"] && len(seen) == 2+boolInt(seen["INTERVAL"])+boolInt(seen["COUNT"])+boolInt(seen["UNTIL"])+boolInt(seen["WKST"]) {
-		return opt, invalid("BYSETPOS needs another BYxxx rule part to select from")
+	if p.count > 0 {
+		last, res := p.findLast()
+		if res == overLimit {
+			return nil, invalid("COUNT=%d is too large to evaluate cheaply: its occurrences are not all found within %d steps (limit 3); use UNTIL instead", p.count, maxCountSteps)
+		}
+		p.last = last
 	}
-	if opt.Interval == 0 {
-		opt.Interval = 1
+	return p, nil
+}
+
+func joinInts(v []int) string {
+	s := make([]string, len(v))
+	for i, n := range v {
+		s[i] = strconv.Itoa(n)
 	}
-	return opt, nil
+	return strings.Join(s, ",")
 }
 
 func boolInt(b bool) int {
@@ -419,6 +535,8 @@ func intIn(key, v string, lo, hi int) (int, error) {
 	return n, nil
 }
 
+// intList parses a BY list, sorted. A value given twice is refused (limit 2),
+// so no list is longer than the range of its values.
 func intList(key, v string, lo, hi int, negative bool) ([]int, error) {
 	var out []int
 	for _, s := range strings.Split(v, ",") {
@@ -430,53 +548,66 @@ func intList(key, v string, lo, hi int, negative bool) ([]int, error) {
 			}
 			return nil, invalid("%s value %q: expected %d to %d", key, s, lo, hi)
 		}
+		if slices.Contains(out, n) {
+			return nil, invalid("%s lists %d more than once: each value may appear once (limit 2)", key, n)
+		}
 		out = append(out, n)
 	}
+	slices.Sort(out)
 	return out, nil
 }
 
-func dayList(v string) ([]rrule.Weekday, error) {
-	var out []rrule.Weekday
+// dayList parses BYDAY into plain weekdays and weekdays with an ordinal.
+func dayList(v string) ([]int, []nthDay, error) {
+	var plain []int
+	var nth []nthDay
 	for _, s := range strings.Split(v, ",") {
 		s = strings.TrimSpace(s)
 		if len(s) < 2 {
-			return nil, invalid("BYDAY value %q: expected a day such as MO or 2MO or -1FR", s)
+			return nil, nil, invalid("BYDAY value %q: expected a day such as MO or 2MO or -1FR", s)
 		}
 		wd, ok := weekdays[s[len(s)-2:]]
 		if !ok {
-			return nil, invalid("BYDAY value %q: expected a day such as MO or 2MO or -1FR", s)
+			return nil, nil, invalid("BYDAY value %q: expected a day such as MO or 2MO or -1FR", s)
 		}
 		if num := s[:len(s)-2]; num != "" {
 			n, err := strconv.Atoi(num)
 			if err != nil || n == 0 || n > 53 || n < -53 {
-				return nil, invalid("BYDAY value %q: the number must be 1 to 53 or -1 to -53", s)
+				return nil, nil, invalid("BYDAY value %q: the number must be 1 to 53 or -1 to -53", s)
 			}
-			wd = wd.Nth(n)
-		}
-		out = append(out, wd)
-	}
-	return out, nil
-}
-
-func parseUntil(v string, loc *time.Location) (time.Time, error) {
-	for _, layout := range []string{"20060102T150405Z", "20060102T150405", "20060102"} {
-		if layout == "20060102T150405Z" {
-			if t, err := time.Parse(layout, v); err == nil {
-				return floating(t.In(loc)), nil
+			if slices.Contains(nth, nthDay{wd, n}) {
+				return nil, nil, invalid("BYDAY lists %s more than once: each value may appear once (limit 2)", s)
 			}
+			nth = append(nth, nthDay{wd, n})
 			continue
 		}
-		if t, err := time.Parse(layout, v); err == nil {
-			if layout == "20060102" {
-				t = t.Add(24*time.Hour - time.Second) // the whole day is included
-			}
-			return t, nil // already wall-clock time
+		if slices.Contains(plain, wd) {
+			return nil, nil, invalid("BYDAY lists %s more than once: each value may appear once (limit 2)", s)
 		}
+		plain = append(plain, wd)
 	}
-	return time.Time{}, invalid("UNTIL=%s: expected YYYYMMDDTHHMMSSZ or YYYYMMDD", v)
+	return plain, nth, nil
 }
 
-func gcd(a, b int) int {
+// parseUntil sets UNTIL: with a trailing Z an instant, otherwise a wall clock
+// in DTSTART's zone (a date alone includes the whole day).
+func parseUntil(p *plan, v string) error {
+	if t, err := time.Parse("20060102T150405Z", v); err == nil && t.Year() >= 1 {
+		p.untilAt = t
+		return nil
+	}
+	if t, err := time.Parse("20060102T150405", v); err == nil && t.Year() >= 1 {
+		p.untilWall = wallOf(t)
+		return nil
+	}
+	if t, err := time.Parse("20060102", v); err == nil && t.Year() >= 1 {
+		p.untilWall = wallOf(t) + secPerDay - 1
+		return nil
+	}
+	return invalid("UNTIL=%s: expected YYYYMMDDTHHMMSSZ or YYYYMMDD (year 0001 to 9999)", v)
+}
+
+func gcd(a, b int64) int64 {
 	for b != 0 {
 		a, b = b, a%b
 	}
@@ -484,37 +615,19 @@ func gcd(a, b int) int {
 }
 
 // checkReachable refuses HOURLY, MINUTELY and SECONDLY rules whose time-of-day
-// filters can never match: rrule-go advances the clock by INTERVAL units until
-// BYHOUR/BYMINUTE/BYSECOND match and never gives up. Starting at time-of-day
-// x0 (in units since midnight), the clock visits exactly the times x with
+// filters can never match. Starting at time-of-day x0 (in units since
+// midnight), the period starts visit exactly the times x with
 // (x - x0) mod gcd(INTERVAL, units per day) == 0.
-func checkReachable(opt rrule.ROption) error {
-	var unit int // seconds per step unit
-	switch opt.Freq {
-	case rrule.HOURLY:
-		if len(opt.Byhour) == 0 {
-			return nil
-		}
-		unit = 3600
-	case rrule.MINUTELY:
-		if len(opt.Byhour) == 0 && len(opt.Byminute) == 0 {
-			return nil
-		}
-		unit = 60
-	case rrule.SECONDLY:
-		if len(opt.Byhour) == 0 && len(opt.Byminute) == 0 && len(opt.Bysecond) == 0 {
-			return nil
-		}
-		unit = 1
-	default:
+func checkReachable(p *plan, byhour, byminute, bysecond []int) error {
+	unit := p.unit
+	if byhour == nil && (unit > 60 || byminute == nil) && (unit > 1 || bysecond == nil) {
 		return nil
 	}
-	perDay := 86400 / unit
-	g := gcd(opt.Interval, perDay)
-	h0, m0, s0 := opt.Dtstart.Clock()
-	x0 := (h0*3600 + m0*60 + s0) / unit
+	perDay := secPerDay / unit
+	g := gcd(p.interval, perDay)
+	x0 := floorMod(p.start, secPerDay) / unit
 	all := func(list []int, n int) []int {
-		if len(list) > 0 {
+		if list != nil {
 			return list
 		}
 		out := make([]int, n)
@@ -523,103 +636,36 @@ func checkReachable(opt rrule.ROption) error {
 		}
 		return out
 	}
-	hours := all(opt.Byhour, 24)
+	hours := all(byhour, 24)
 	minutes, seconds := []int{0}, []int{0}
 	if unit <= 60 {
-		minutes = all(opt.Byminute, 60)
+		minutes = all(byminute, 60)
 	}
 	if unit == 1 {
-		seconds = all(opt.Bysecond, 60)
+		seconds = all(bysecond, 60)
 	}
 	for _, h := range hours {
 		for _, m := range minutes {
 			for _, s := range seconds {
-				x := (h*3600 + m*60 + s) / unit
-				if ((x-x0)%g+g)%g == 0 {
+				x := int64(h*3600+m*60+s) / unit
+				if floorMod(x-x0, g) == 0 {
 					return nil
 				}
 			}
 		}
 	}
 	return invalid("the rule can never fire: with INTERVAL=%d from DTSTART %s, the BYHOUR/BYMINUTE/BYSECOND values are never reached",
-		opt.Interval, opt.Dtstart.Format("15:04:05"))
-}
-
-// pin returns the options with every field the library would derive from
-// DTSTART made explicit, so DTSTART can move without changing the rule.
-func pin(opt rrule.ROption) rrule.ROption {
-	r, err := rrule.NewRRule(opt)
-	if err != nil {
-		return opt
-	}
-	p := r.Options // derived BYMONTH/BYMONTHDAY/BYDAY filled in
-	dt := opt.Dtstart
-	if len(p.Byhour) == 0 && p.Freq < rrule.HOURLY {
-		p.Byhour = []int{dt.Hour()}
-	}
-	if len(p.Byminute) == 0 && p.Freq < rrule.MINUTELY {
-		p.Byminute = []int{dt.Minute()}
-	}
-	if len(p.Bysecond) == 0 && p.Freq < rrule.SECONDLY {
-		p.Bysecond = []int{dt.Second()}
-	}
-	return p
-}
-
-// rebased returns options equivalent to the rule for occurrences at or after
-// the start of the period containing w, with DTSTART moved to that period's
-// start. Every period start is DTSTART's period plus a whole number of
-// INTERVALs, so the phase is kept; BY* fields are pinned. COUNT rules are not
-// rebased (the occurrences before would have to be counted); their cost is
-// bounded by COUNT.
-func (s *Schedule) rebased(w time.Time) rrule.ROption {
-	o, dt := s.pinned, s.opt.Dtstart
-	if o.Count != 0 || !w.After(dt) {
-		return s.opt
-	}
-	iv := o.Interval
-	var start time.Time
-	switch o.Freq {
-	case rrule.SECONDLY, rrule.MINUTELY, rrule.HOURLY:
-		unit := map[rrule.Frequency]time.Duration{rrule.SECONDLY: time.Second, rrule.MINUTELY: time.Minute, rrule.HOURLY: time.Hour}[o.Freq]
-		step := unit * time.Duration(iv)
-		k := w.Sub(dt) / step
-		start = dt.Add(k * step).Truncate(unit)
-	case rrule.DAILY:
-		d0 := time.Date(dt.Year(), dt.Month(), dt.Day(), 0, 0, 0, 0, time.UTC)
-		days := int(w.Sub(d0) / (24 * time.Hour))
-		start = d0.AddDate(0, 0, days/iv*iv)
-	case rrule.WEEKLY:
-		// Weeks begin on WKST (rrule-go numbers Monday as 0).
-		d0 := time.Date(dt.Year(), dt.Month(), dt.Day(), 0, 0, 0, 0, time.UTC)
-		wd := (int(d0.Weekday()) + 6) % 7
-		d0 = d0.AddDate(0, 0, -((wd - o.Wkst.Day() + 7) % 7))
-		weeks := int(w.Sub(d0) / (7 * 24 * time.Hour))
-		start = d0.AddDate(0, 0, weeks/iv*iv*7)
-	case rrule.MONTHLY:
-		months := (w.Year()-dt.Year())*12 + int(w.Month()-dt.Month())
-		start = time.Date(dt.Year(), dt.Month()+time.Month(months/iv*iv), 1, 0, 0, 0, 0, time.UTC)
-	case rrule.YEARLY:
-		// One period earlier than w's: with BYWEEKNO a year's set can spill
-		// into the first days of the next year.
-		years := w.Year() - dt.Year()
-		start = time.Date(dt.Year()+years/iv*iv-iv, 1, 1, 0, 0, 0, 0, time.UTC)
-	}
-	if !start.After(dt) {
-		return s.opt
-	}
-	o.Dtstart = start
-	return o
+		p.interval, wallTime(p.start).Format("15:04:05"))
 }
 
 // canonical renders the schedule with an explicit DTSTART.
 func (s *Schedule) canonical(ruleValue string) string {
 	var b strings.Builder
-	dt := s.opt.Dtstart
-	if s.loc == time.UTC {
-		b.WriteString("DTSTART:" + dt.Format("20060102T150405") + "Z")
+	dt := wallTime(s.p.start).Format("20060102T150405")
+	if s.p.loc == time.UTC {
+		b.WriteString("DTSTART:" + dt + "Z")
 	} else {
-		b.WriteString("DTSTART;TZID=" + s.loc.String() + ":" + dt.Format("20060102T150405"))
+		b.WriteString("DTSTART;TZID=" + s.p.loc.String() + ":" + dt)
 	}
 	var parts []string
 	for _, p := range strings.Split(strings.TrimSpace(ruleValue), ";") {

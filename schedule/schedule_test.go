@@ -43,6 +43,9 @@ func TestParseErrors(t *testing.T) {
 		{"DTSTART:20240101T000000Z\nRRULE:FREQ=DAILY;BYSETPOS=1", "BYSETPOS needs another"},
 		{"DTSTART;TZID=Mars/Olympus:20240101T000000\nRRULE:FREQ=DAILY", `unknown TZID "Mars/Olympus"`},
 		{"DTSTART:2024-01-01\nRRULE:FREQ=DAILY", "DTSTART value"},
+		{"DTSTART:00010101T000000Z\nRRULE:FREQ=MONTHLY", "DTSTART must be after 0001-01-01T00:00:00Z"},
+		{"DTSTART;TZID=Asia/Tokyo:00010101T080000\nRRULE:FREQ=MONTHLY", "DTSTART must be after"},
+		{"DTSTART:00000101T000000Z\nRRULE:FREQ=MONTHLY", "the year must be 0001 to 9999"},
 		{"DTSTART:20240101T000000Z\nRRULE:FREQ=DAILY;UNTIL=tomorrow", "UNTIL=TOMORROW"},
 		// The library would loop forever on these (LIBRARY-NOTES.md).
 		{"DTSTART:20240101T170000Z\nRRULE:FREQ=HOURLY;INTERVAL=2;BYHOUR=2", "can never fire"},
@@ -235,7 +238,12 @@ func TestRebaseMatchesLibrary(t *testing.T) {
 		for _, start := range starts {
 			text := "DTSTART:" + start + "Z\nRRULE:" + r.rule
 			s := MustParse(text)
-			ref, err := rrule.NewRRule(s.opt)
+			opt, err := rrule.StrToROption(r.rule)
+			if err != nil {
+				t.Fatal(err)
+			}
+			opt.Dtstart = s.Start()
+			ref, err := rrule.NewRRule(*opt)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -306,9 +314,26 @@ func BenchmarkParse(b *testing.B) {
 	}
 }
 
+// fuzzBudget is the fuzz oracle's limit on one Parse, Validate or Next call:
+// every search is bounded by construction, so a slower call is a bug. The
+// fuzzing build's coverage counters slow the code several times, so the
+// budget grows to 4 times the designed worst case (a COUNT walk refused at
+// limit 3) measured in the running build.
+func fuzzBudget() time.Duration {
+	worst := time.Duration(1<<63 - 1)
+	for range 3 {
+		start := time.Now()
+		if _, err := Parse("DTSTART:20000101T000000Z\nRRULE:FREQ=DAILY;COUNT=1000000", time.Time{}); err == nil {
+			panic("the designed worst case is no longer refused")
+		}
+		worst = min(worst, time.Since(start))
+	}
+	return max(50*time.Millisecond, 4*worst)
+}
+
 // FuzzParse checks that any text either is refused with ErrInvalid or parses
-// into a schedule whose canonical text parses back to itself, and that Next
-// on it returns (the library would loop forever on unreachable rules).
+// into a schedule whose canonical text parses back to itself, and that no
+// Parse, Validate or Next call panics or takes longer than fuzzBudget.
 func FuzzParse(f *testing.F) {
 	for _, s := range []string{
 		"DTSTART:20240101T060000Z\nRRULE:FREQ=DAILY;BYHOUR=6,16",
@@ -317,12 +342,37 @@ func FuzzParse(f *testing.F) {
 		"DTSTART:20240101T170001Z\nRRULE:FREQ=SECONDLY;INTERVAL=10;BYSECOND=0,30;BYMINUTE=5",
 		"RRULE:FREQ=MINUTELY;INTERVAL=7;BYMINUTE=0,13;COUNT=4",
 		"DTSTART;VALUE=DATE:20240101\r\nRRULE:FREQ=MONTHLY;BYDAY=-1FR;UNTIL=20250101",
+		"DTSTART;TZID=Australia/Lord_Howe:20241006T021500\nRRULE:FREQ=MINUTELY;COUNT=90;BYSETPOS=1,-1;BYSECOND=0,30",
+		"DTSTART:17000101T000000Z\nRRULE:FREQ=SECONDLY;BYMONTH=2;BYMONTHDAY=29;BYHOUR=3",
+		"DTSTART:20000101T000000Z\nRRULE:FREQ=YEARLY;BYWEEKNO=53,-1;BYDAY=SU;WKST=SA;BYSETPOS=-1",
+		"DTSTART:20000101T000000Z\nRRULE:FREQ=MONTHLY;BYDAY=MO,TU,WE,TH,FR,SA;BYMONTHDAY=1,2,3,4,5,6,7;BYSETPOS=7",
+		"DTSTART:20000101T000000Z\nRRULE:FREQ=DAILY;COUNT=1000000",
 	} {
 		f.Add(s)
 	}
+	for _, p := range pathological {
+		f.Add(p.schedule)
+	}
 	save := utc("2024-05-06T07:08:09Z")
+	budget := fuzzBudget()
+	// timed fails when call takes longer than fuzzBudget three times in a
+	// row: on a loaded machine a single call can lose its CPU for a while.
+	timed := func(t *testing.T, what string, call func()) {
+		t.Helper()
+		best := time.Duration(1<<63 - 1)
+		for range 3 {
+			start := time.Now()
+			call()
+			if best = min(best, time.Since(start)); best <= budget {
+				return
+			}
+		}
+		t.Fatalf("%s took %v (budget %v)", what, best, budget)
+	}
 	f.Fuzz(func(t *testing.T, text string) {
-		s, err := Parse(text, save)
+		var s *Schedule
+		var err error
+		timed(t, "Parse", func() { s, err = Parse(text, save) })
 		if err != nil {
 			if !errors.Is(err, ErrInvalid) {
 				t.Fatalf("error %v does not wrap ErrInvalid", err)
@@ -336,15 +386,9 @@ func FuzzParse(f *testing.F) {
 		if err != nil || again.String() != s.String() {
 			t.Fatalf("canonical %q does not parse back: %v", s.String(), err)
 		}
-		done := make(chan struct{})
-		go func() {
-			s.Next(s.Start().Add(90 * 24 * time.Hour))
-			close(done)
-		}()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			t.Fatalf("Next on %q did not return", s.String())
+		timed(t, "Validate", func() { err = s.Validate() })
+		for _, at := range []time.Time{s.Start().Add(-time.Second), s.Start().Add(90 * 24 * time.Hour), save, save.AddDate(300, 0, 0)} {
+			timed(t, "Next", func() { s.Next(at) })
 		}
 	})
 }

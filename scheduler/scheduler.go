@@ -73,6 +73,15 @@ type Config struct {
 	// Retention says which attempts the history keeps; nil takes
 	// DefaultRetention().
 	Retention *Retention
+	// Observer, if set, is told what every tick of Run did (metrics,
+	// health).
+	Observer Observer
+}
+
+// Observer is told what each tick of Run did: its result, how long it
+// took and its error (nil on success). It must not block.
+type Observer interface {
+	ObserveTick(res TickResult, took time.Duration, err error)
 }
 
 // Retention bounds the attempt history (table bigtable_attempts).
@@ -408,8 +417,12 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		}
 		// The tick is not cancelled by shutdown: it finishes its batch.
 		tickCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+		tickStart := s.cfg.Now()
 		res, err := s.Tick(tickCtx)
 		cancel()
+		if s.cfg.Observer != nil {
+			s.cfg.Observer.ObserveTick(res, s.cfg.Now().Sub(tickStart), err)
+		}
 		pause := s.cfg.Interval
 		switch {
 		case err != nil:

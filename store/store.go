@@ -173,6 +173,7 @@ type dbRow struct {
 	DisabledReason sql.NullString `db:"disabled_reason"`
 	StatusMessage  sql.NullString `db:"status_message"`
 	StatusAt       sql.NullTime   `db:"status_at"`
+	Paused         bool           `db:"paused"`
 	CreatedAt      sql.NullTime   `db:"created_at"` // not in locked reads
 	UpdatedAt      sql.NullTime   `db:"updated_at"` // not in locked reads
 	Tid            string         `db:"tid"`        // only in locked reads
@@ -180,7 +181,7 @@ type dbRow struct {
 
 // stateColumns are what a transition needs: definition and state.
 const stateColumns = `uid, input_url, schedule, policy, refresh_at, attempt_uid, attempt_no, started_at,
-	deadline_at, failing_since, last_delay_ms, disabled_until_update, disabled_reason, status_message, status_at`
+	deadline_at, failing_since, last_delay_ms, disabled_until_update, disabled_reason, status_message, status_at, paused`
 
 // rowColumns are the whole record.
 const rowColumns = stateColumns + `, created_at, updated_at`
@@ -211,6 +212,7 @@ func (r dbRow) row() Row {
 			LastDelay:      time.Duration(r.LastDelayMs) * time.Millisecond,
 			Disabled:       r.Disabled,
 			DisabledReason: r.DisabledReason.String,
+			Paused:         r.Paused,
 		},
 		StatusMessage: r.StatusMessage.String,
 		StatusAt:      nullTime(r.StatusAt),
@@ -314,9 +316,16 @@ func (s *Store) Get(ctx context.Context, uid string) (Row, error) {
 	return r.row(), nil
 }
 
-// ListOptions filter List.
+// ListOptions filter List; the filters given all apply.
 type ListOptions struct {
 	DisabledOnly bool
+	// Phase keeps the records in this phase (refresh.State.Phase); "" any.
+	Phase refresh.Phase
+	// Failing keeps the records that failed since their last success.
+	Failing bool
+	// Overdue keeps the records due (refresh_at passed) and not started:
+	// waiting for a scheduler.
+	Overdue bool
 	// After returns records whose uid sorts after it (for paging).
 	After string
 	// Limit caps the rows returned; 0 means 1000.
@@ -332,8 +341,23 @@ func (s *Store) List(ctx context.Context, opt ListOptions) ([]Row, error) {
 	if opt.DisabledOnly {
 		q += " AND disabled_until_update"
 	}
+	if opt.Phase != "" {
+		pred, ok := phasePredicate[opt.Phase]
+		if !ok {
+			return nil, fmt.Errorf("list records: unknown phase %q", opt.Phase)
+		}
+		q += " AND " + pred
+	}
+	if opt.Failing {
+		q += " AND failing_since IS NOT NULL"
+	}
+	args := []any{opt.After, opt.Limit}
+	if opt.Overdue {
+		q += " AND " + duePredicate + " AND refresh_at <= COALESCE($3::timestamptz, now())"
+		args = append(args, s.clockParam())
+	}
 	q += " ORDER BY uid LIMIT $2"
-	rows, err := s.db.QueryxContext(ctx, q, opt.After, opt.Limit)
+	rows, err := s.db.QueryxContext(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list records: %w", err)
 	}
@@ -487,7 +511,7 @@ func (s *Store) InTxWith(ctx context.Context, opt TxOptions, fn func(*Tx) error)
 const claimDue = `
 WITH due AS (
     SELECT ` + lockedColumns + ` FROM bigtables
-    WHERE attempt_uid IS NULL AND NOT disabled_until_update AND refresh_at <= $1
+    WHERE attempt_uid IS NULL AND NOT disabled_until_update AND NOT paused AND refresh_at <= $1
     ORDER BY refresh_at
     LIMIT $2
     FOR UPDATE SKIP LOCKED
@@ -619,7 +643,8 @@ FROM unnest($1::text[], $2::bigint[], $3::text[], $4::int[], $5::bigint[], $6::b
 WHERE b.ctid = u.tid AND b.uid = u.uid`
 
 // Save writes the refresh state and status message of rows the transaction
-// holds locked (read by ClaimDue or Lock in it), in one statement; each row is
+// holds locked; not paused, which only Pause and Resume write. It writes them
+// (read by ClaimDue or Lock in it) in one statement; each row is
 // found by its ctid, which the lock keeps valid. Each uid may appear once.
 func (tx *Tx) Save(ctx context.Context, rows []Row) error {
 	if len(rows) == 0 {
@@ -806,7 +831,7 @@ func (s *Store) Count(ctx context.Context) (Counts, error) {
 	var c Counts
 	err := s.db.QueryRowContext(ctx, `SELECT count(*),
 		count(*) FILTER (WHERE attempt_uid IS NOT NULL),
-		count(*) FILTER (WHERE attempt_uid IS NULL AND NOT disabled_until_update AND refresh_at <= COALESCE($1::timestamptz, now())),
+		count(*) FILTER (WHERE attempt_uid IS NULL AND NOT disabled_until_update AND NOT paused AND refresh_at <= COALESCE($1::timestamptz, now())),
 		count(*) FILTER (WHERE disabled_until_update)
 		FROM bigtables`, s.clockParam()).Scan(&c.Total, &c.Running, &c.Due, &c.Disabled)
 	if err != nil {
