@@ -84,13 +84,18 @@ func (r *run) networkFaults(stop <-chan struct{}) {
 }
 
 // processFaults starts pollers with a live poller's id and pauses pollers
-// with SIGSTOP, in turn, until stop closes.
+// with SIGSTOP, in turn (a turn is retried until it could be done: no
+// poller runs while they are all down), until stop closes.
 func (r *run) processFaults(ctx context.Context, stop <-chan struct{}) {
-	for i := 0; !wait(stop, r.between(500*time.Millisecond, 1500*time.Millisecond)); i++ {
-		if i%2 == 0 {
-			r.duplicatePoller(ctx)
-		} else {
-			r.pausePoller(ctx)
+	dups, pauses := 0, 0
+	for !wait(stop, r.between(500*time.Millisecond, 1500*time.Millisecond)) {
+		switch {
+		case dups <= pauses:
+			if r.duplicatePoller(ctx) {
+				dups++
+			}
+		case r.pausePoller(ctx):
+			pauses++
 		}
 	}
 }
@@ -123,10 +128,10 @@ func (r *run) pollersDown(d time.Duration) {
 // then lets it go on. It aims for a moment when the poller holds an open
 // transaction (row locks), found in pg_stat_activity by the poller's
 // connections; if none comes within 5 s it pauses it anyway.
-func (r *run) pausePoller(ctx context.Context) {
+func (r *run) pausePoller(ctx context.Context) bool {
 	p := r.take("poller")
 	if p == nil {
-		return
+		return false
 	}
 	defer r.release(p)
 	r.procsMu.Lock()
@@ -140,7 +145,7 @@ func (r *run) pausePoller(ctx context.Context) {
 			continue
 		}
 		if proc.Signal(syscall.SIGSTOP) != nil {
-			return
+			return false
 		}
 		if inTx, err := r.inTransaction(ctx, proc.Pid); err == nil && inTx {
 			kind = faultPausedInTx
@@ -149,11 +154,12 @@ func (r *run) pausePoller(ctx context.Context) {
 		proc.Signal(syscall.SIGCONT)
 	}
 	if kind == faultPaused && proc.Signal(syscall.SIGSTOP) != nil {
-		return
+		return false
 	}
 	r.fault(kind)
 	time.Sleep(pollerLease + r.between(time.Second, 3*time.Second))
 	proc.Signal(syscall.SIGCONT)
+	return true
 }
 
 // inTransaction reports whether the process has a PostgreSQL session inside
@@ -209,11 +215,11 @@ func localPorts(pid int) ([]int64, error) {
 // duplicatePoller starts a second poller with the id of a live one (while
 // the network is sound and the live one's lease is held); it must refuse to
 // start: exit non-zero and say why, naming the id. Anything else is recorded
-// as a violation.
-func (r *run) duplicatePoller(ctx context.Context) {
+// as a violation. It reports whether it started one.
+func (r *run) duplicatePoller(ctx context.Context) bool {
 	p := r.take("poller")
 	if p == nil {
-		return
+		return false
 	}
 	defer r.release(p)
 	r.netMu.Lock()
@@ -223,7 +229,7 @@ func (r *run) duplicatePoller(ctx context.Context) {
 	id := p.id
 	r.procsMu.Unlock()
 	if !r.leaseHeld(ctx, id) {
-		return
+		return false
 	}
 	cmd := exec.Command(r.cfg.Binary, "poller", "--lease", pollerLease.String(), "--batch", "50", "--id", id)
 	cmd.Env = append(r.env(), "REDIS_URL="+r.directURL) // straight to Redis: refused for its id, not for a network fault
@@ -231,7 +237,7 @@ func (r *run) duplicatePoller(ctx context.Context) {
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		r.say("start a duplicate poller: %v", err)
-		return
+		return false
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
@@ -242,7 +248,7 @@ func (r *run) duplicatePoller(ctx context.Context) {
 		cmd.Process.Kill()
 		<-done
 		r.violation(fmt.Sprintf("a second poller with the live id %s ran for 10 s instead of refusing to start", id))
-		return
+		return true
 	}
 	msg := strings.TrimSpace(out.String())
 	switch {
@@ -258,6 +264,7 @@ func (r *run) duplicatePoller(ctx context.Context) {
 		}
 		r.mu.Unlock()
 	}
+	return true
 }
 
 // leaseHeld reports whether the poller id holds a lease that is still live
