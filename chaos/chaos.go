@@ -1,9 +1,12 @@
 // Package chaos is the fault run: against a private Redis and its own
 // PostgreSQL database it creates records with second-scale policies, runs
-// several schedulers and pollers as real processes and a misbehaving worker
-// fleet, kills and restarts the processes at random moments, restarts Redis
-// empty once, then stops the faults, lets the system settle, and checks the
-// invariants straight from the database and Redis.
+// several schedulers and pollers as real processes behind a lossy proxy to
+// Redis, and a misbehaving worker fleet; it kills, pauses and duplicates the
+// processes at random moments, loses Redis replies and connections, stops
+// every poller for longer than the timeouts, writes unreadable rows, restarts
+// Redis empty once, then stops the faults, lets the system settle, and checks
+// the invariants straight from the database and Redis, including that our
+// own faults burned no attempt.
 package chaos
 
 import (
@@ -66,12 +69,23 @@ func (c *Config) defaults() {
 
 // Report is what a run did and found.
 type Report struct {
-	Seed       uint64         `json:"seed"`
-	Records    int            `json:"records"`
-	Attempts   int            `json:"attempts"`
-	Faults     map[string]int `json:"faults"`
-	Pushed     map[string]int `json:"results_pushed"`
-	Invariants []Invariant    `json:"invariants"`
+	Seed     uint64         `json:"seed"`
+	Records  int            `json:"records"`
+	Attempts int            `json:"attempts"`
+	Faults   map[string]int `json:"faults"`
+	Pushed   map[string]int `json:"results_pushed"`
+	// Burned counts the attempts our own faults burned (each is also a
+	// violation of the invariant that says so): see judge.
+	Burned int `json:"attempts_burned_by_our_faults"`
+	// LostWithRedis counts the attempts whose job or result was in Redis
+	// when it was restarted empty: they end by timeout, by design.
+	LostWithRedis int `json:"attempts_lost_with_redis_data"`
+	// UndoneStarts counts attempts a worker answered although their start
+	// was undone (the push was reported failed, yet it had landed).
+	UndoneStarts int `json:"results_for_undone_starts"`
+	// Refusal is what a refused duplicate poller printed, as a sample.
+	Refusal    string      `json:"duplicate_poller_refusal,omitempty"`
+	Invariants []Invariant `json:"invariants"`
 }
 
 // Invariant is one checked property and its violations.
@@ -91,34 +105,49 @@ func (r Report) Violations() int {
 }
 
 type run struct {
-	cfg      Config
-	rng      *rand.Rand
-	rngMu    sync.Mutex
-	dbURL    string
-	db       *sqlx.DB
-	st       *store.Store
-	redisURL string
-	port     int
-	redis    *exec.Cmd
-	rdb      redis.UniversalClient
-	names    queue.Names
+	cfg       Config
+	rng       *rand.Rand
+	rngMu     sync.Mutex
+	dbURL     string
+	db        *sqlx.DB
+	st        *store.Store
+	redisURL  string // the processes': through the proxy
+	directURL string // Redis itself: the worker fleet, the checker, the duplicate poller
+	port      int
+	redis     *redisServer
+	proxy     *proxy
+	rdb       redis.UniversalClient // direct
+	names     queue.Names
+	netMu     sync.Mutex // held by each network fault and by the duplicate-id check
 
-	mu         sync.Mutex
-	faults     map[string]int
-	pushed     []push
-	redisDown  [2]time.Time // when Redis was killed and when it answered again
-	behave     bool         // faults stopped: workers answer success at once
-	procs      []*proc
-	procsMu    sync.Mutex
-	stopKiller chan struct{}
+	mu                  sync.Mutex
+	faults              map[string]int
+	pushed              []push
+	pops                []pop
+	unreadable          map[string]string // uid -> fragment of the parse error its reason must show
+	duplicateViolations []string          // a second poller with a live id was not refused
+	refusal             string            // what a refused duplicate poller said
+	schedulerKills      []time.Time
+	redisDown           [2]time.Time // when Redis was killed and when it answered again
+	behave              bool         // faults stopped: workers answer success at once
+	procs               []*proc
+	procsMu             sync.Mutex
 }
 
 // push is one value a worker pushed.
 type push struct {
-	attempt, uid, kind string // kind: success, failure, not_retryable, garbage
+	attempt, uid, kind string // kind: success, failure, not_retryable, duplicate, late, garbage, poison
+	want               string // poison: the outcome it has if cleaned rather than dead-lettered
 	raw                string
-	at                 time.Time
+	at                 time.Time // when the RPUSH had returned: Redis stored it no later
 	deadline           time.Time
+}
+
+// pop is one job a worker took from the input list.
+type pop struct {
+	attempt  string
+	at       time.Time // when BLPOP returned
+	deadline time.Time
 }
 
 func (r *run) float() float64 {
@@ -140,7 +169,7 @@ func (r *run) say(format string, args ...any) {
 // Run performs the fault run.
 func Run(ctx context.Context, cfg Config) (Report, error) {
 	cfg.defaults()
-	r := &run{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed>>1|1)), faults: map[string]int{}}
+	r := &run{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed>>1|1)), faults: map[string]int{}, unreadable: map[string]string{}}
 	cleanup, err := r.setup(ctx)
 	defer cleanup()
 	if err != nil {
@@ -151,10 +180,10 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		return Report{}, err
 	}
 	for i := range cfg.Schedulers {
-		r.startProc(ctx, fmt.Sprintf("scheduler-%d", i+1), "scheduler", "--interval", "200ms", "--batch", "200")
+		r.startProc(fmt.Sprintf("scheduler-%d", i+1), "scheduler", "--interval", "200ms", "--batch", strconv.Itoa(schedulerBatch))
 	}
 	for i := range cfg.Pollers {
-		r.startProc(ctx, fmt.Sprintf("poller-%d", i+1), "poller", "--lease", "2s", "--batch", "50")
+		r.startProc(fmt.Sprintf("poller-%d", i+1), "poller", "--lease", pollerLease.String(), "--batch", "50")
 	}
 	fleetCtx, stopFleet := context.WithCancel(ctx)
 	var fleet sync.WaitGroup
@@ -162,33 +191,60 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		fleet.Go(func() { r.worker(fleetCtx) })
 	}
 
-	// Faults: kill and restart processes; restart Redis once, half way.
-	r.stopKiller = make(chan struct{})
-	killerDone := make(chan struct{})
-	go func() { defer close(killerDone); r.killer(ctx) }()
-	half := time.After(cfg.Faults / 2)
+	// Faults: rows nobody can read, more than the schedulers' ticks claim;
+	// kills and restarts; a lossy network to Redis; paused and duplicated
+	// pollers; every poller down past the timeout once, early; Redis
+	// restarted empty once, half way or after that outage, so that what the
+	// outage leaves waiting in Redis is not lost with it.
+	if err := r.addUnreadable(ctx, cfg.Schedulers*schedulerBatch+50); err != nil {
+		stopFleet()
+		return Report{}, err
+	}
+	stop := make(chan struct{})
+	var faulting sync.WaitGroup
+	faulting.Go(func() { r.killer(ctx, stop) })
+	faulting.Go(func() { r.networkFaults(stop) })
+	faulting.Go(func() { r.processFaults(ctx, stop) })
+	outageAt := r.between(500*time.Millisecond, max(time.Second, cfg.Faults/2-pollersOutage-3*time.Second))
+	faulting.Go(func() {
+		if !wait(stop, outageAt) {
+			r.pollersDown(pollersOutage)
+		}
+	})
+	restartAt := max(cfg.Faults/2, outageAt+pollersOutage+3*time.Second)
+	if restartAt > cfg.Faults-time.Second {
+		restartAt = max(cfg.Faults-time.Second, 0)
+	}
+	restart := time.After(restartAt)
+	third := time.After(cfg.Faults / 3)
 	end := time.After(cfg.Faults)
 	tick := time.NewTicker(5 * time.Second)
+	var ferr error
 faults:
 	for {
 		select {
 		case <-ctx.Done():
 			break faults
-		case <-half:
-			if err := r.restartRedis(ctx); err != nil {
-				close(r.stopKiller)
-				stopFleet()
-				return Report{}, err
-			}
+		case <-third:
+			ferr = r.addUnreadable(ctx, 50)
+		case <-restart:
+			ferr = r.restartRedis(ctx)
 		case <-tick.C:
 			r.progress(ctx, "faults")
 		case <-end:
 			break faults
 		}
+		if ferr != nil {
+			break
+		}
 	}
 	tick.Stop()
-	close(r.stopKiller)
-	<-killerDone
+	close(stop)
+	faulting.Wait()
+	if ferr != nil {
+		stopFleet()
+		return Report{}, ferr
+	}
 	r.mu.Lock()
 	r.behave = true
 	r.mu.Unlock()
@@ -198,21 +254,28 @@ faults:
 	// Settle: every process up, every worker well-behaved, until nothing runs
 	// past its deadline and the output list is drained; then stop the
 	// schedulers, let the last jobs finish, and stop the pollers.
-	r.ensureAll(ctx)
-	if err := r.settle(ctx, faultsEnded); err != nil {
-		stopFleet()
-		return Report{}, err
-	}
+	// A system that does not settle is a finding, not an error of the run:
+	// the report says what is still in flight, beside the other invariants.
+	r.ensureAll()
+	settled := r.settle(ctx, faultsEnded)
 	r.stopAll("scheduler")
-	time.Sleep(3 * time.Second) // the last jobs are answered...
-	if err := r.drained(ctx, 30*time.Second); err != nil {
-		stopFleet()
-		return Report{}, err
+	if settled == nil {
+		time.Sleep(3 * time.Second) // the last jobs are answered...
+		settled = r.drained(ctx, 30*time.Second)
 	}
 	stopFleet()
 	fleet.Wait()
 	r.stopAll("poller")
-	return r.check(ctx)
+	if ctx.Err() != nil {
+		return Report{}, ctx.Err()
+	}
+	rep, err := r.check(ctx)
+	inv := Invariant{Name: "the system settles after the faults: nothing left running or queued", Checked: 1}
+	if settled != nil {
+		inv.Violations = []string{settled.Error()}
+	}
+	rep.Invariants = append([]Invariant{inv}, rep.Invariants...)
+	return rep, err
 }
 
 func freePort() (int, error) {
@@ -250,16 +313,17 @@ func (r *run) setup(ctx context.Context) (func(), error) {
 		return cleanup, err
 	}
 	r.port = port
-	r.redisURL = fmt.Sprintf("redis://127.0.0.1:%d/0", port)
-	if err := r.startRedis(ctx); err != nil {
+	r.directURL = fmt.Sprintf("redis://127.0.0.1:%d/0", port)
+	r.redis = &redisServer{bin: r.cfg.RedisServer, port: port}
+	if err := r.redis.start(ctx); err != nil {
 		return cleanup, err
 	}
-	cleanups = append(cleanups, func() {
-		if r.redis != nil && r.redis.Process != nil {
-			r.redis.Process.Kill()
-			r.redis.Wait()
-		}
-	})
+	cleanups = append(cleanups, r.redis.stop)
+	if r.proxy, err = newProxy(fmt.Sprintf("127.0.0.1:%d", port), r.fault, nil); err != nil {
+		return cleanup, err
+	}
+	cleanups = append(cleanups, r.proxy.Close)
+	r.redisURL = "redis://" + r.proxy.Addr() + "/0"
 	r.rdb = redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", port), DialTimeout: time.Second, ReadTimeout: 3 * time.Second})
 	cleanups = append(cleanups, func() { r.rdb.Close() })
 	r.names = queue.DefaultNames()
@@ -284,18 +348,31 @@ func (r *run) setup(ctx context.Context) (func(), error) {
 	return cleanup, nil
 }
 
-func (r *run) startRedis(ctx context.Context) error {
+// redisServer is the run's private redis-server, in a temporary directory
+// of its own that stop removes.
+type redisServer struct {
+	bin  string
+	port int
+	cmd  *exec.Cmd
+	dir  string
+}
+
+// start starts redis-server, without persistence, and waits until it answers.
+func (s *redisServer) start(ctx context.Context) error {
 	dir, err := os.MkdirTemp("", "bigtables-chaos-redis")
 	if err != nil {
-		return err
+		return fmt.Errorf("redis-server directory: %w", err)
 	}
-	r.redis = exec.Command(r.cfg.RedisServer, "--port", strconv.Itoa(r.port), "--bind", "127.0.0.1", "--save", "",
+	s.dir = dir
+	s.cmd = exec.Command(s.bin, "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--save", "",
 		"--appendonly", "no", "--dir", dir, "--logfile", "")
-	if err := r.redis.Start(); err != nil {
+	if err := s.cmd.Start(); err != nil {
+		s.cmd = nil
+		s.stop()
 		return fmt.Errorf("start redis-server: %w", err)
 	}
 	for range 100 {
-		c := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", r.port)})
+		c := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", s.port)})
 		err := c.Ping(ctx).Err()
 		c.Close()
 		if err == nil {
@@ -303,20 +380,35 @@ func (r *run) startRedis(ctx context.Context) error {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	s.stop()
 	return errors.New("private redis-server did not answer")
+}
+
+// stop kills redis-server, waits for it, and removes its directory.
+func (s *redisServer) stop() {
+	if s.cmd != nil && s.cmd.Process != nil {
+		s.cmd.Process.Kill()
+		s.cmd.Wait()
+	}
+	s.cmd = nil
+	if s.dir != "" {
+		os.RemoveAll(s.dir)
+		s.dir = ""
+	}
 }
 
 // restartRedis kills Redis and starts it again, empty.
 func (r *run) restartRedis(ctx context.Context) error {
 	r.say("killing Redis; it comes back empty in 2s")
+	r.netMu.Lock() // no duplicate-id check across the restart: the restart wipes every lease
+	defer r.netMu.Unlock()
 	r.mu.Lock()
 	r.redisDown[0] = time.Now()
 	r.mu.Unlock()
-	r.redis.Process.Kill()
-	r.redis.Wait()
+	r.redis.stop()
 	r.fault("redis restarted empty")
 	time.Sleep(2 * time.Second)
-	if err := r.startRedis(ctx); err != nil {
+	if err := r.redis.start(ctx); err != nil {
 		return err
 	}
 	r.mu.Lock()
@@ -330,7 +422,7 @@ func (r *run) restartRedis(ctx context.Context) error {
 func (r *run) addRecords(ctx context.Context) error {
 	for i := range r.cfg.Records {
 		p := refresh.DefaultPolicy()
-		p.Timeout = refresh.Duration(10 * time.Second)
+		p.Timeout = refresh.Duration(recordTimeout)
 		switch i % 3 {
 		case 0:
 			p.SetStrategy(refresh.ListStrategy(0, refresh.Duration(time.Second), refresh.Duration(2*time.Second)))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"syscall"
 	"time"
 
@@ -13,28 +14,39 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// proc is a scheduler or poller process, restarted after each kill.
+// proc is a scheduler or poller process, restarted after each kill. Its
+// fields after args are guarded by run.procsMu.
 type proc struct {
 	name, role string
 	args       []string
+	launches   int
+	id         string // a poller's --id: fresh at each launch, so a restart never waits for its old lease
 	cmd        *exec.Cmd
 	done       chan struct{}
+	held       bool // a fault owns the process: no one else kills or starts it
 }
 
 func (r *run) env() []string {
 	return append(os.Environ(), "DATABASE_URL="+r.dbURL, "REDIS_URL="+r.redisURL, "BIGTABLES_LOG_LEVEL=warn")
 }
 
-func (r *run) startProc(ctx context.Context, name, role string, args ...string) {
+func (r *run) startProc(name, role string, args ...string) {
 	p := &proc{name: name, role: role, args: append([]string{role}, args...)}
 	r.procsMu.Lock()
+	defer r.procsMu.Unlock()
 	r.procs = append(r.procs, p)
-	r.procsMu.Unlock()
 	r.launch(p)
 }
 
+// launch starts p; the caller holds procsMu.
 func (r *run) launch(p *proc) {
-	cmd := exec.Command(r.cfg.Binary, p.args...)
+	p.launches++
+	args := p.args
+	if p.role == "poller" {
+		p.id = fmt.Sprintf("chaos-%s-%d", p.name, p.launches)
+		args = append(slices.Clip(args), "--id", p.id)
+	}
+	cmd := exec.Command(r.cfg.Binary, args...)
 	cmd.Env = r.env()
 	cmd.Stdout, cmd.Stderr = nil, nil
 	if err := cmd.Start(); err != nil {
@@ -46,6 +58,7 @@ func (r *run) launch(p *proc) {
 	go func() { cmd.Wait(); close(done) }()
 }
 
+// running reports whether p runs; the caller holds procsMu.
 func (p *proc) running() bool {
 	if p.cmd == nil {
 		return false
@@ -58,33 +71,108 @@ func (p *proc) running() bool {
 	}
 }
 
+// take marks a running, unheld process of the role (any role if empty) as
+// held and returns it, or nil if there is none; pick chooses by index.
+func (r *run) take(role string) *proc {
+	r.procsMu.Lock()
+	defer r.procsMu.Unlock()
+	var free []*proc
+	for _, p := range r.procs {
+		if (role == "" || p.role == role) && !p.held && p.running() {
+			free = append(free, p)
+		}
+	}
+	if len(free) == 0 {
+		return nil
+	}
+	p := free[r.intn(len(free))]
+	p.held = true
+	return p
+}
+
+// holdAll waits until no one holds a process of the role, then holds them
+// all, running or not.
+func (r *run) holdAll(role string) []*proc {
+	for {
+		r.procsMu.Lock()
+		var ps []*proc
+		free := true
+		for _, p := range r.procs {
+			if p.role == role {
+				ps = append(ps, p)
+				free = free && !p.held
+			}
+		}
+		if free {
+			for _, p := range ps {
+				p.held = true
+			}
+			r.procsMu.Unlock()
+			return ps
+		}
+		r.procsMu.Unlock()
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// release gives a held process back, starting it again if it is not running.
+func (r *run) release(p *proc) {
+	r.procsMu.Lock()
+	defer r.procsMu.Unlock()
+	if !p.running() {
+		r.launch(p)
+	}
+	p.held = false
+}
+
+// kill sends sig to a held process and waits up to limit for it to exit,
+// then kills it.
+func (r *run) kill(p *proc, sig syscall.Signal, limit time.Duration) {
+	r.procsMu.Lock()
+	cmd, done := p.cmd, p.done
+	r.procsMu.Unlock()
+	if cmd == nil {
+		return
+	}
+	cmd.Process.Signal(sig)
+	select {
+	case <-done:
+	case <-time.After(limit):
+		r.say("%s did not stop on %v; killing it", p.name, sig)
+		cmd.Process.Kill()
+		<-done
+	}
+}
+
 // killer sends SIGKILL to a random scheduler or poller every 0.5 to 2.5
 // seconds and starts it again 0 to 1 second later.
-func (r *run) killer(ctx context.Context) {
+func (r *run) killer(ctx context.Context, stop <-chan struct{}) {
 	for {
 		select {
-		case <-r.stopKiller:
+		case <-stop:
 			return
 		case <-ctx.Done():
 			return
 		case <-time.After(time.Duration(500+r.float()*2000) * time.Millisecond):
 		}
-		r.procsMu.Lock()
-		p := r.procs[int(r.float()*float64(len(r.procs)))]
-		r.procsMu.Unlock()
-		if !p.running() {
+		p := r.take("")
+		if p == nil {
 			continue
 		}
-		p.cmd.Process.Signal(syscall.SIGKILL)
-		<-p.done
+		r.kill(p, syscall.SIGKILL, time.Minute)
 		r.fault("kill -9 " + p.role)
+		if p.role == "scheduler" {
+			r.mu.Lock()
+			r.schedulerKills = append(r.schedulerKills, time.Now())
+			r.mu.Unlock()
+		}
 		time.Sleep(time.Duration(r.float()*1000) * time.Millisecond)
-		r.launch(p)
+		r.release(p)
 	}
 }
 
-// ensureAll restarts any process that is not running.
-func (r *run) ensureAll(ctx context.Context) {
+// ensureAll starts any process that is not running.
+func (r *run) ensureAll() {
 	r.procsMu.Lock()
 	defer r.procsMu.Unlock()
 	for _, p := range r.procs {
@@ -96,30 +184,24 @@ func (r *run) ensureAll(ctx context.Context) {
 
 // stopAll sends SIGTERM to the processes of a role and waits for them.
 func (r *run) stopAll(role string) {
-	r.procsMu.Lock()
-	defer r.procsMu.Unlock()
-	for _, p := range r.procs {
-		if p.role == role && p.running() {
-			p.cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-p.done:
-			case <-time.After(20 * time.Second):
-				r.say("%s did not stop on SIGTERM; killing it", p.name)
-				p.cmd.Process.Kill()
-				<-p.done
-			}
-		}
-	}
+	r.signalAll(role, syscall.SIGTERM, 20*time.Second)
 }
 
 func (r *run) killAll() {
+	r.signalAll("", syscall.SIGKILL, time.Minute)
+}
+
+func (r *run) signalAll(role string, sig syscall.Signal, limit time.Duration) {
 	r.procsMu.Lock()
-	defer r.procsMu.Unlock()
+	var ps []*proc
 	for _, p := range r.procs {
-		if p.running() {
-			p.cmd.Process.Kill()
-			<-p.done
+		if (role == "" || p.role == role) && p.running() {
+			ps = append(ps, p)
 		}
+	}
+	r.procsMu.Unlock()
+	for _, p := range ps {
+		r.kill(p, sig, limit)
 	}
 }
 
@@ -136,12 +218,14 @@ func (r *run) worker(ctx context.Context) {
 			time.Sleep(100 * time.Millisecond)
 			continue
 		}
+		popped := time.Now()
 		job, err := protocol.DecodeJob([]byte(v[1]))
 		if err != nil {
 			continue
 		}
 		r.mu.Lock()
 		behave := r.behave
+		r.pops = append(r.pops, pop{attempt: job.AttemptUID, at: popped, deadline: job.DeadlineAt})
 		r.mu.Unlock()
 		d := r.float()
 		kind := "success"
@@ -160,6 +244,8 @@ func (r *run) worker(ctx context.Context) {
 				kind = "late"
 			case d < 0.36:
 				kind = "garbage"
+			case d < 0.39:
+				kind = "poison"
 			}
 		}
 		switch kind {
@@ -176,6 +262,9 @@ func (r *run) worker(ctx context.Context) {
 		case "garbage":
 			r.fault("worker sends garbage")
 			r.answer(ctx, job, "garbage")
+		case "poison":
+			r.fault(faultPoison)
+			r.answer(ctx, job, "poison")
 		default:
 			if kind != "success" {
 				r.fault("worker fails (" + kind + ")")
@@ -194,22 +283,25 @@ func (r *run) answer(ctx context.Context, job protocol.Job, kind string) {
 		no := false
 		res.Type, res.Retryable, res.UserFriendlyReason = protocol.Failure, &no, "Provided URL is invalid: "+job.InputURL
 	}
-	raw := string(res.Encode())
-	if kind == "garbage" {
+	raw, want := string(res.Encode()), ""
+	switch kind {
+	case "garbage":
 		raw = fmt.Sprintf(`{"big_table_uid": %q, "refresh_attempt_uid": 42, "garbage": %d}`, job.BigTableUID, time.Now().UnixNano())
+	case "poison":
+		raw, want = r.poison(job)
 	}
 	if err := r.rdb.RPush(ctx, r.names.Output, raw).Err(); err != nil {
 		return // Redis is down: the attempt times out
 	}
 	r.mu.Lock()
-	r.pushed = append(r.pushed, push{attempt: job.AttemptUID, uid: job.BigTableUID, kind: kind, raw: raw, at: time.Now(), deadline: job.DeadlineAt})
+	r.pushed = append(r.pushed, push{attempt: job.AttemptUID, uid: job.BigTableUID, kind: kind, want: want, raw: raw, at: time.Now(), deadline: job.DeadlineAt})
 	r.mu.Unlock()
 }
 
 func (r *run) progress(ctx context.Context, phase string) {
 	var attempts, disabled int
 	r.db.GetContext(ctx, &attempts, "SELECT count(*) FROM bigtable_attempts")
-	r.db.GetContext(ctx, &disabled, "SELECT count(*) FROM bigtables WHERE disabled_until_update")
+	r.db.GetContext(ctx, &disabled, "SELECT count(*) FROM bigtables WHERE disabled_until_update AND uid LIKE 'c%'") // not the unreadable rows
 	r.mu.Lock()
 	pushed, faults := len(r.pushed), 0
 	for _, n := range r.faults {

@@ -60,6 +60,12 @@ func runChaos(ctx context.Context, e env, args []string) error {
 				fmt.Fprintf(w, "         - %s\n", v)
 			}
 		}
+		if rep.Refusal != "" {
+			fmt.Fprintf(w, "a refused duplicate poller said: %s\n", rep.Refusal)
+		}
+		fmt.Fprintf(w, "results for undone starts (stale): %d\n", rep.UndoneStarts)
+		fmt.Fprintf(w, "attempts lost with Redis's data (restarted empty): %d\n", rep.LostWithRedis)
+		fmt.Fprintf(w, "attempts burned by our faults: %d\n", rep.Burned)
 		fmt.Fprintf(w, "violations: %d\n", rep.Violations())
 	}
 	if rep.Violations() > 0 {
