@@ -36,7 +36,7 @@ bench: build services ## the full bench: 100,000 records, 1,000,000-row scale an
 bench-short: build services ## the bench on small sizes, as CI runs it
 	$(BIN) bench --records 3000 --scale-rows 30000 --backlog 20000 $(BENCHFLAGS)
 
-chaos: build services ## the long fault run: 3,000 records, 2 minutes of kills, a Redis restart and misbehaving workers
+chaos: build services ## the long fault run: 3,000 records, 2 minutes of kills, frozen and stopped pollers, lost Redis replies and outages, a Redis restart, poison results and misbehaving workers
 	$(BIN) chaos --records 3000 --faults 120s $(CHAOSFLAGS)
 
 chaos-short: build services ## the fault run's short form, as CI runs it

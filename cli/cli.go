@@ -84,7 +84,7 @@ var commands = []command{
 	{"worker", "run the reference worker until SIGINT/SIGTERM", runWorker},
 	{"worker-check", "check that a worker in any language keeps the protocol", runWorkerCheck},
 	{"bench", "measure throughput, latency, scaling and memory against local services", runBench},
-	{"chaos", "the fault run: kill processes, restart Redis, misbehave, then check invariants", runChaos},
+	{"chaos", "the fault run: kill, freeze and stop processes, drop Redis replies, restart Redis, misbehave, then check invariants", runChaos},
 	{"failover", "the failover run: kill the Sentinel-managed Redis master under load, measure what it costs", runFailover},
 	{"version", "print the module version and VCS revision (also --version)", runVersion},
 	{"completion", "print a bash or zsh completion script", runCompletion},
