@@ -45,3 +45,6 @@ func (q *Queue) PushEvent(ctx context.Context, list string, event []byte) error 
 	}
 	return nil
 }
+
+// ValidateEvents is ValidateEventsFor with the queue's names and client.
+func (q *Queue) ValidateEvents(list string) error { return q.names.ValidateEventsFor(q.rdb, list) }
