@@ -53,7 +53,8 @@ func runNotifier(ctx context.Context, e env, args []string) error {
 	nc.Retry = &strategy
 	pre := nc
 	pre.EventsList = "" // checked once Redis answers
-	if _, err := notifier.New(nil, pre); err != nil { // refuse bad flags before any waiting
+	// Refuse bad flags before any waiting.
+	if _, err := notifier.New(nil, pre); err != nil {
 		return usagef("%v", err)
 	}
 	log, err := cfg.startProcess(e)

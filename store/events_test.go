@@ -37,7 +37,10 @@ func TestPersonsActionsWriteEvents(t *testing.T) {
 		func() error { _, _, err := s.Pause(ctx, "r"); return err }, // already paused: no event
 		func() error { _, err := s.Resume(ctx, "r"); return err },
 		func() error { _, err := s.Resume(ctx, "r"); return err }, // not paused: no event
-		func() error { _, _, err := s.Update(ctx, "r", func(*store.Definition) error { return nil }, nil); return err }, // enabled: no event
+		func() error { // enabled: no event
+			_, _, err := s.Update(ctx, "r", func(*store.Definition) error { return nil }, nil)
+			return err
+		},
 	} {
 		if err := step(); err != nil {
 			t.Fatal(err)
