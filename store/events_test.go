@@ -3,10 +3,12 @@ package store_test
 import (
 	"context"
 	"errors"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/bigtables/bigtables/refresh"
 	"github.com/bigtables/bigtables/store"
 )
 
@@ -176,5 +178,39 @@ func TestClaimLeaseMarkRequeuePrune(t *testing.T) {
 	}
 	if got := eventTypes(t, s, store.EventFilter{}); len(got) != 2 {
 		t.Errorf("left %v; want the two pending", got)
+	}
+}
+
+// TransitionEvents names the transition: disabled, or gave_up for
+// give_up_after, with the reason and attempts; recovered for the first
+// success after failures; nothing for other steps.
+func TestTransitionEvents(t *testing.T) {
+	now := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	since := now.Add(-8 * 24 * time.Hour)
+	failing := refresh.State{AttemptUID: "a", AttemptNo: 4, FailingSince: since}
+	gone := failing
+	gone.AttemptUID, gone.Disabled, gone.DisabledReason = "", true, "gave up after 1 week"
+	retrying := failing
+	retrying.AttemptUID, retrying.RefreshAt = "", now.Add(time.Minute)
+	tests := []struct {
+		name     string
+		old, cur refresh.State
+		d        refresh.Decision
+		want     []store.Event
+	}{
+		{"gave up", failing, gone, refresh.GaveUp, []store.Event{{Type: store.EventGaveUp, UID: "u", At: now,
+			Reason: "gave up after 1 week", Attempts: 4, FailingSince: since}}},
+		{"exhausted", failing, gone, refresh.Exhausted, []store.Event{{Type: store.EventDisabled, UID: "u", At: now,
+			Reason: "gave up after 1 week", Attempts: 4, FailingSince: since}}},
+		{"recovered", failing, refresh.State{RefreshAt: now.Add(time.Hour)}, "", []store.Event{{Type: store.EventRecovered, UID: "u", At: now,
+			Attempts: 3, FailingSince: since}}},
+		{"a retry", failing, retrying, refresh.Retry, nil},
+		{"a healthy success", refresh.State{AttemptUID: "a", AttemptNo: 1}, refresh.State{}, "", nil},
+		{"already disabled", gone, gone, "", nil},
+	}
+	for _, tt := range tests {
+		if got := store.TransitionEvents("u", tt.old, tt.cur, tt.d, now); !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("%s: %+v; want %+v", tt.name, got, tt.want)
+		}
 	}
 }
