@@ -15,9 +15,11 @@
 //	stats         counts by phase, due lag, queue depths, live pollers
 //	plan          simulate a policy on a clock and print every attempt
 //	explain       print a record's or a policy's rules as sentences
+//	events        show transition events, follow them, requeue dead ones
 //	scheduler     run the scheduler until SIGINT/SIGTERM
 //	poller        run the poller until SIGINT/SIGTERM
 //	worker        run the reference worker until SIGINT/SIGTERM
+//	notifier      deliver events to webhooks and a Redis list until SIGINT/SIGTERM
 //	worker-check  check that a worker in any language keeps the protocol
 //	bench         measure throughput, latency, scaling and memory
 //	chaos         the fault run
@@ -79,9 +81,11 @@ var commands = []command{
 	{"stats", "counts by phase, due lag, queue depths and live pollers (text or --json)", runStats},
 	{"plan", "simulate a policy on a clock and print every attempt", runPlan},
 	{"explain", "print a record's or a policy's rules as sentences", runExplain},
+	{"events", "show transition events (disabled, recovered, ...), follow them, requeue dead ones", runEvents},
 	{"scheduler", "run the scheduler until SIGINT/SIGTERM", runScheduler},
 	{"poller", "run the poller until SIGINT/SIGTERM", runPoller},
 	{"worker", "run the reference worker until SIGINT/SIGTERM", runWorker},
+	{"notifier", "deliver events to webhooks and a Redis list until SIGINT/SIGTERM", runNotifier},
 	{"worker-check", "check that a worker in any language keeps the protocol", runWorkerCheck},
 	{"bench", "measure throughput, latency, scaling and memory against local services", runBench},
 	{"chaos", "the fault run: kill, freeze and stop processes, drop Redis replies, restart Redis, misbehave, then check invariants", runChaos},

@@ -54,6 +54,8 @@ type batchPlan struct {
 	appliedTypes map[string]int
 	// disabled counts the records a final failure disabled.
 	disabled int
+	// events are the transitions' events, written in the same transaction.
+	events []store.Event
 }
 
 // merge appends a later plan's decisions (a batch applied in parts).
@@ -71,6 +73,7 @@ func (p *batchPlan) merge(q batchPlan) {
 		p.appliedTypes[t] += n
 	}
 	p.disabled += q.disabled
+	p.events = append(p.events, q.events...)
 }
 
 // counts is what became of the plan's results, for the Observer.
@@ -154,6 +157,7 @@ func applyBatch(rows map[string]store.Row, busy map[string]bool, items []item, n
 		if row.Disabled && !old.Disabled {
 			plan.disabled++
 		}
+		plan.events = append(plan.events, store.TransitionEvents(r.BigTableUID, old, row.State, step.Decision, now)...)
 		if outcome != "" {
 			// Applied, so r.AttemptUID is old.AttemptUID.
 			plan.finished = append(plan.finished, store.Ended(r.BigTableUID, old, now, outcome, r.Message, step.Decision))

@@ -370,6 +370,9 @@ func (p *Poller) applyTx(ctx context.Context, items []item, rcv refresh.Received
 		if err := tx.RecordAttempts(ctx, plan.finished); err != nil {
 			return err
 		}
+		if err := tx.WriteEvents(ctx, plan.events); err != nil {
+			return err
+		}
 		if p.hooks.inTx != nil {
 			p.hooks.inTx()
 		}

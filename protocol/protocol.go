@@ -29,6 +29,8 @@ const (
 	DefaultInputQueue  = "bigtables-input"
 	DefaultOutputQueue = "bigtables-output"
 	DefaultDeadQueue   = "bigtables-output-dead"
+	// DefaultEventsList is the list the notifier appends events to.
+	DefaultEventsList = "bigtables-events"
 )
 
 // Limits on what a worker can send.

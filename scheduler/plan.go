@@ -46,6 +46,7 @@ type tickPlan struct {
 	starts []start              // attempts started: their jobs go out after the commit
 	cancel map[string]time.Time // attempts that ended, by uid, with their deadlines: tell their workers to stop
 	parked []parked             // rows disabled because their rules cannot be read
+	events []store.Event        // the transitions' events, written in the same transaction
 	// timedOut counts attempts failed with "timeout", disabled the records
 	// such a failure disabled, held the timeouts waiting for the pollers.
 	timedOut, disabled, held int
@@ -93,6 +94,7 @@ func planTick(rows []store.Row, now time.Time, opt planOptions) (tickPlan, error
 				p.cancel[st.AttemptUID] = st.DeadlineAt
 			}
 			row.State = park(st, reason)
+			p.events = append(p.events, store.TransitionEvents(row.UID, st, row.State, "", now)...)
 			p.save = append(p.save, row)
 			p.parked = append(p.parked, parked{uid: row.UID, reason: reason})
 			continue
@@ -110,6 +112,7 @@ func planTick(rows []store.Row, now time.Time, opt planOptions) (tickPlan, error
 				p.disabled++
 			}
 			p.ended = append(p.ended, store.Ended(row.UID, old, now, store.OutcomeTimeout, "timeout", step.Decision))
+			p.events = append(p.events, store.TransitionEvents(row.UID, old, st, step.Decision, now)...)
 			p.cancel[old.AttemptUID] = old.DeadlineAt
 			changed = true
 		}

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -68,8 +69,8 @@ func TestPlanTick(t *testing.T) {
 		rows: []store.Row{row("slow", policy(time.Minute), running("slow", t0.Add(-2*time.Minute), t0.Add(-time.Minute)))},
 		upTo: t0.Add(-time.Minute),
 		check: func(t *testing.T, p tickPlan) {
-			if p.timedOut != 1 || len(p.starts) != 1 || p.held != 0 || p.disabled != 0 {
-				t.Fatalf("plan %+v; want a timeout and a start", p)
+			if p.timedOut != 1 || len(p.starts) != 1 || p.held != 0 || p.disabled != 0 || len(p.events) != 0 {
+				t.Fatalf("plan %+v; want a timeout and a start, no event", p)
 			}
 			want := store.Attempt{AttemptUID: "att-slow", UID: "slow", AttemptNo: 1, StartedAt: t0.Add(-2 * time.Minute),
 				FinishedAt: t0, Outcome: store.OutcomeTimeout, Message: "timeout", Decision: string(refresh.RetryNoPlan)}
@@ -90,6 +91,11 @@ func TestPlanTick(t *testing.T) {
 		check: func(t *testing.T, p tickPlan) {
 			if p.timedOut != 1 || p.disabled != 1 || len(p.starts) != 0 || !p.save[0].Disabled {
 				t.Errorf("plan %+v; want the record disabled", p)
+			}
+			want := store.Event{Type: store.EventDisabled, UID: "last", At: t0, Reason: "Cannot refresh BigTable after 1 attempt(s)",
+				Attempts: 1, FailingSince: t0.Add(-2 * time.Minute)}
+			if len(p.events) != 1 || !reflect.DeepEqual(p.events[0], want) {
+				t.Errorf("events %+v; want %+v", p.events, want)
 			}
 		},
 	}, {
@@ -128,6 +134,10 @@ func TestPlanTick(t *testing.T) {
 			}
 			if p.save[0].AttemptNo != 2 {
 				t.Errorf("attempt_no %d; want it kept", p.save[0].AttemptNo)
+			}
+			if len(p.events) != 2 || p.events[0].Type != store.EventDisabled || p.events[0].UID != "bad-due" ||
+				p.events[0].Reason != p.save[0].DisabledReason || p.events[1].UID != "bad-schedule" {
+				t.Errorf("events %+v; want a disabled event per parked row, with its reason", p.events)
 			}
 			if len(p.ended) != 1 || p.ended[0].Outcome != store.OutcomeCancelled || p.ended[0].AttemptUID != "att-bad-schedule" ||
 				!strings.Contains(p.ended[0].Message, "stored schedule") {

@@ -224,6 +224,9 @@ func (s *Scheduler) Tick(ctx context.Context) (TickResult, error) {
 		if err := tx.Save(ctx, plan.save); err != nil {
 			return err
 		}
+		if err := tx.WriteEvents(ctx, plan.events); err != nil {
+			return err
+		}
 		return tx.RecordAttempts(ctx, plan.ended)
 	})
 	if err != nil {

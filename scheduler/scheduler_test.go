@@ -258,3 +258,52 @@ func TestRunStopsOnCancel(t *testing.T) {
 		t.Fatal("Run did not stop after cancel")
 	}
 }
+
+// A timeout that disables the record writes its disabled event in the
+// tick's transaction; a tick whose transaction fails after the plan (here
+// the clock makes the history row collide with one already there) writes
+// none.
+func TestTimeoutDisabledEventCommitsWithTheTick(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	p := refresh.DefaultPolicy()
+	p.Timeout = refresh.Duration(time.Second)
+	p.Retries = nil
+	add(t, e.st, "slow", p, e.clk.Now().Add(-time.Minute), "")
+	s := scheduler.New(e.st, e.q, e.config())
+	if _, err := s.Tick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	first, _ := e.st.Get(ctx, "slow")
+	e.clk.Add(time.Second)
+	// The history already holds a row for the running attempt: the tick's
+	// insert fails after Save and WriteEvents, and the transaction rolls
+	// back.
+	if _, err := e.db.Exec(`INSERT INTO bigtable_attempts (attempt_uid, uid, attempt_no, started_at, finished_at, outcome)
+		VALUES ($1, 'slow', 1, now(), now(), 'failure')`, first.AttemptUID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Tick(ctx); err == nil {
+		t.Fatal("tick succeeded; want the history insert to fail")
+	}
+	list, err := e.st.ListEvents(ctx, store.EventFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 0 {
+		t.Fatalf("a rolled-back tick wrote events: %+v", list)
+	}
+	if _, err := e.db.Exec(`DELETE FROM bigtable_attempts WHERE attempt_uid = $1`, first.AttemptUID); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := s.Tick(ctx); err != nil || res.Disabled != 1 {
+		t.Fatalf("tick = %+v, %v; want the record disabled", res, err)
+	}
+	list, err = e.st.ListEvents(ctx, store.EventFilter{UID: "slow"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 1 || list[0].Type != store.EventDisabled || list[0].Attempts != 1 || !list[0].At.Equal(e.clk.Now()) {
+		t.Fatalf("events %+v; want one disabled event at the tick's now", list)
+	}
+}

@@ -161,6 +161,11 @@ func (s *Store) Pause(ctx context.Context, uid string) (Row, *Cancelled, error) 
 			return err
 		}
 		out = r
+		if !old.Paused {
+			if err := tx.WriteEvents(ctx, []Event{{Type: EventPaused, UID: uid}}); err != nil {
+				return err
+			}
+		}
 		return tx.Save(ctx, []Row{r})
 	})
 	if err != nil {
@@ -178,9 +183,15 @@ func (s *Store) Resume(ctx context.Context, uid string) (Row, error) {
 		if err != nil {
 			return err
 		}
+		was := r.Paused
 		r.State = refresh.Resume(r.State)
-		out, err = tx.setPaused(ctx, r, false)
-		return err
+		if out, err = tx.setPaused(ctx, r, false); err != nil {
+			return err
+		}
+		if !was {
+			return nil
+		}
+		return tx.WriteEvents(ctx, []Event{{Type: EventResumed, UID: uid}})
 	})
 	if err != nil {
 		return Row{}, fmt.Errorf("resume record %q: %w", uid, err)
@@ -214,12 +225,24 @@ func (s *Store) RunNow(ctx context.Context, uid string) (Row, error) {
 	return out, nil
 }
 
-// Delete deletes the record and its attempt history. It returns the
-// attempt that was running, if any, so that its worker can be told.
+// deleteRecord deletes the record $1 and writes its deleted event (at $2,
+// or now) in the same statement.
+const deleteRecord = `
+WITH gone AS (
+    DELETE FROM bigtables WHERE uid = $1 RETURNING uid, attempt_uid, deadline_at
+), ev AS (
+    INSERT INTO bigtable_events (type, uid, at, next_at)
+    SELECT 'deleted', uid, COALESCE($2::timestamptz, now()), COALESCE($2::timestamptz, now()) FROM gone
+)
+SELECT attempt_uid, deadline_at FROM gone`
+
+// Delete deletes the record and its attempt history, and writes its
+// deleted event in the same statement. It returns the attempt that was
+// running, if any, so that its worker can be told.
 func (s *Store) Delete(ctx context.Context, uid string) (*Cancelled, error) {
 	var attempt sql.NullString
 	var deadline sql.NullTime
-	err := s.db.QueryRowContext(ctx, "DELETE FROM bigtables WHERE uid = $1 RETURNING attempt_uid, deadline_at", uid).Scan(&attempt, &deadline)
+	err := s.db.QueryRowContext(ctx, deleteRecord, uid, s.clockParam()).Scan(&attempt, &deadline)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("delete record %q: %w", uid, ErrNotFound)
 	}

@@ -418,6 +418,12 @@ func (s *Store) Update(ctx context.Context, uid string, edit func(*Definition) e
 		if err := tx.Save(ctx, []Row{r}); err != nil {
 			return err
 		}
+		if old.Disabled {
+			ev := Event{Type: EventReenabled, UID: uid, Reason: old.DisabledReason, Attempts: old.AttemptNo, FailingSince: old.FailingSince}
+			if err := tx.WriteEvents(ctx, []Event{ev}); err != nil {
+				return err
+			}
+		}
 		r.UpdatedAt = tx.Now() // what Save wrote
 		out = r
 		return nil

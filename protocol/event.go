@@ -1,0 +1,40 @@
+package protocol
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Event is the JSON of one event as webhooks receive it and the events list
+// (default bigtables-events) holds it: schema/event.schema.json. Receivers
+// may get an event more than once and de-duplicate by ID; unknown fields
+// may be added later and must be ignored.
+type Event struct {
+	// ID is unique per event and the same in every delivery of it.
+	ID string `json:"id"`
+	// Type is disabled, gave_up, recovered, reenabled, paused, resumed,
+	// deleted, breaker_opened or breaker_closed.
+	Type string `json:"type"`
+	// BigTableUID is the record; absent for an upstream's events.
+	BigTableUID string `json:"big_table_uid,omitempty"`
+	// At is when the transition happened (RFC 3339, UTC).
+	At time.Time `json:"at"`
+	// Reason is the disabled reason (disabled, gave_up), or the reason a
+	// re-enabled record had.
+	Reason string `json:"reason,omitempty"`
+	// Attempts is the number of attempts that failed in a row (disabled,
+	// gave_up) or before the success (recovered).
+	Attempts int `json:"attempts,omitempty"`
+	// FailingSince is when the record started failing.
+	FailingSince *time.Time `json:"failing_since,omitempty"`
+	// Upstream names the upstream of a breaker event.
+	Upstream string `json:"upstream,omitempty"`
+	// Message is free text for a person.
+	Message string `json:"message,omitempty"`
+}
+
+// Encode returns the event's JSON.
+func (e Event) Encode() []byte {
+	b, _ := json.Marshal(e) // strings, ints and times always encode
+	return b
+}
