@@ -272,6 +272,8 @@ var sharedFlags = map[string]int{
 	"stats":        takesDatabase | takesRedis | takesQueues,
 	"version":      0,
 	"completion":   0,
+	"notifier":     takesDatabase | takesRedis | takesQueues, // the events list shares the queues' hash tag
+	"events":       takesDatabase,
 }
 
 // examples are the lines each command's help ends with.
@@ -304,8 +306,12 @@ var examples = map[string][]string{
 	"run":      {"bigtables run report-1            # refresh now, nothing else changed"},
 	"dead": {"bigtables dead list --limit 20", "bigtables dead requeue --limit 100",
 		"bigtables dead purge --yes"},
-	"stats":      {"bigtables stats", "bigtables stats --json"},
-	"version":    {"bigtables version", "bigtables --version"},
+	"stats":   {"bigtables stats", "bigtables stats --json"},
+	"version": {"bigtables version", "bigtables --version"},
+	"notifier": {"bigtables notifier --webhook https://hooks.example.com/bigtables   # BIGTABLES_WEBHOOK_SECRET signs",
+		"bigtables notifier --allow-host '*.example.com' --events-list bigtables-events --keep 720h"},
+	"events": {"bigtables events --uid report-1", "bigtables events --follow --type disabled --json",
+		"bigtables events --dead", "bigtables events requeue 42"},
 	"completion": {"bigtables completion bash > /etc/bash_completion.d/bigtables", "source <(bigtables completion zsh)"},
 }
 
