@@ -59,6 +59,11 @@ func TestPolicyCustomerFields(t *testing.T) {
 			t.Errorf("ParsePolicy(%s) error = %v; want ErrInvalidPolicy containing %q", tt.in, err, tt.want)
 		}
 	}
+	// on_kind replaces the base's map rather than merging into it.
+	base, _ := ParsePolicy([]byte(`{"on_kind":{"a":"final"}}`), nil)
+	if q, err := ParsePolicy([]byte(`{"on_kind":{"b":"final"}}`), &base); err != nil || len(q.OnKind) != 1 || !q.OnKind["b"].Final || len(base.OnKind) != 1 {
+		t.Errorf("on_kind over a base = %+v, %v; base %+v", q.OnKind, err, base.OnKind)
+	}
 	// Fibonacci without a count runs when give_up_after bounds it.
 	f, err := ParsePolicy([]byte(`{"strategy":{"kind":"fibonacci","unit":"1m"},"give_up_after":"1 week"}`), nil)
 	if err != nil || f.RetryStrategy().Attempts() != 0 {
@@ -95,6 +100,10 @@ func TestExponentialDefaults(t *testing.T) {
 	long, _ := ParseStrategy("exponential max_attempts=9")
 	if d, _ := long.Delay(Input{Failure: 7}); d != 300*time.Second {
 		t.Errorf("delay after failure 7 = %v; want the 300s cap", d)
+	}
+	// An initial delay above the default cap keeps no cap, not one below it.
+	if big, _ := ParseStrategy("exponential initial=10m"); big.Max != 0 {
+		t.Errorf("exponential initial=10m: max %v; want none", big.Max)
 	}
 }
 

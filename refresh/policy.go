@@ -184,6 +184,9 @@ func ParsePolicy(b []byte, base *Policy) (Policy, error) {
 	case hasStrategy:
 		p.Retries = nil
 	}
+	if _, ok := keys["on_kind"]; ok {
+		p.OnKind = nil // a map given replaces the base's, as every field does
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&p); err != nil {

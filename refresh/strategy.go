@@ -100,7 +100,7 @@ const (
 
 // withDefaults fills the fields a kind defaults when they are left out
 // (exponential: DefaultExpMaxAttempts, DefaultExpInitial, multiplier 2,
-// DefaultExpMax), so the stored policy says them.
+// DefaultExpMax unless initial is longer), so the stored policy says them.
 func (s Strategy) withDefaults() Strategy {
 	if s.Kind == KindExponential {
 		if s.Initial == 0 {
@@ -112,8 +112,8 @@ func (s Strategy) withDefaults() Strategy {
 		if s.Multiplier == 0 {
 			s.Multiplier = 2
 		}
-		if s.Max == 0 {
-			s.Max = DefaultExpMax
+		if s.Max == 0 && s.Initial <= DefaultExpMax {
+			s.Max = DefaultExpMax // a longer initial delay keeps no cap rather than a cap below it
 		}
 	}
 	return s
