@@ -29,6 +29,7 @@ type attemptRow struct {
 	Outcome    string    `db:"outcome"`
 	Decision   string    `db:"decision"`
 	StartedAt  time.Time `db:"started_at"`
+	Message    string    `db:"message"`
 	FinishedAt time.Time `db:"finished_at"`
 }
 
@@ -45,7 +46,7 @@ func normRaw(s string) string {
 func (r *run) check(ctx context.Context) (Report, error) {
 	rep := Report{Seed: r.cfg.Seed, Records: r.cfg.Records, Faults: r.faults, Pushed: map[string]int{}, Refusal: r.refusal}
 	var history []attemptRow
-	if err := r.db.SelectContext(ctx, &history, `SELECT attempt_uid, uid, attempt_no, outcome, decision, started_at, finished_at
+	if err := r.db.SelectContext(ctx, &history, `SELECT attempt_uid, uid, attempt_no, outcome, decision, COALESCE(message, '') AS message, started_at, finished_at
 		FROM bigtable_attempts ORDER BY uid, finished_at, attempt_no`); err != nil {
 		return rep, fmt.Errorf("read history: %w", err)
 	}
@@ -175,7 +176,11 @@ func (r *run) check(ctx context.Context) (Report, error) {
 				states.Violations = append(states.Violations, fmt.Sprintf("%s: disabled as not retryable, but its last attempt was %s/%s", row.UID, last.Outcome, last.Decision))
 			}
 		case row.Disabled:
-			want := fmt.Sprintf("Cannot refresh BigTable after %d attempt(s)", maxNo)
+			lastErr := ""
+			if len(hist) > 0 {
+				lastErr = hist[len(hist)-1].Message
+			}
+			want := refresh.DefaultFinalReason(maxNo, lastErr)
 			if row.DisabledReason != want || row.AttemptNo != maxNo || pol.OnExhausted == refresh.WaitNext {
 				states.Violations = append(states.Violations, fmt.Sprintf("%s: disabled with %q at attempt_no %d; want %q (%s)", row.UID, row.DisabledReason, row.AttemptNo, want, pol.OnExhausted))
 				break

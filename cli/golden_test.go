@@ -45,6 +45,15 @@ func TestGoldenPlanAndExplain(t *testing.T) {
 		{"plan-mermaid", append([]string{"plan", "--format", "mermaid", "--strategy", "random base_ms=60000 pct=0.5 max_retry=3", "--seed", "7", "--fail-all"}, twiceADay...)},
 		{"explain", []string{"explain", "--schedule", "DTSTART:20240304T060000Z\nRRULE:FREQ=DAILY;BYHOUR=6,16",
 			"--strategy", "exponential initial=5s max=5m max_attempts=7 jitter=full", "--on-exhausted", "wait_next", "--give-up-after", "1 week"}},
+		// The original design's scenarios, as it writes them, read back.
+		{"explain-thumbnail", []string{"explain", "--expr", "../refresh/testdata/scenarios/thumbnail.txt"}},
+		{"explain-give-up-after-a-week", []string{"explain", "--schedule", "DTSTART:20240304T060000Z\nRRULE:FREQ=DAILY;BYHOUR=6,16",
+			"--expr", "../refresh/testdata/scenarios/give-up-after-a-week.txt"}},
+		{"explain-kinds", []string{"explain", "--schedule", "DTSTART:20240304T060000Z\nRRULE:FREQ=DAILY;BYHOUR=6,16", "--policy",
+			`{"on_kind":{"bad_input":"final","rate_limited":{"strategy":{"kind":"exponential"}}},"max_retry_after":"1h","final_reason":"Upstream refused","notify":"https://hooks.example.com/bt"}`}},
+		{"plan-kinds", append([]string{"plan", "--policy", `{"on_kind":{"bad_input":"final"}}`, "--outcomes",
+			"failure:upstream_5xx:10m,failure:rate_limited:45s,failure:bad_input"}, twiceADay...)},
+		{"plan-kinds-json", append([]string{"plan", "--format", "json", "--outcomes", "failure:rate_limited:45s,timeout"}, twiceADay...)},
 	}
 	r := &runner{t: t, env: map[string]string{}}
 	for _, tt := range tests {
@@ -77,7 +86,7 @@ func TestGoldenListAndShow(t *testing.T) {
 			deadline_at = '2024-03-04T07:00:00Z', status_message = 'downloading: 40%' WHERE uid = 'b-running'`,
 		`UPDATE bigtables SET attempt_no = 2, failing_since = '2024-03-04T06:00:00Z', refresh_at = '2024-03-04T06:11:00Z' WHERE uid = 'c-retrying'`,
 		`UPDATE bigtables SET attempt_no = 7, failing_since = '2024-03-04T06:00:00Z', refresh_at = NULL,
-			disabled_until_update = true, disabled_reason = 'Cannot refresh BigTable after 7 attempt(s)' WHERE uid = 'd-disabled'`,
+			disabled_until_update = true, disabled_reason = 'Cannot refresh BigTable after 7 attempts: GET: 503 Service Unavailable' WHERE uid = 'd-disabled'`,
 		`UPDATE bigtables SET refresh_at = NULL, schedule = '' WHERE uid = 'e-idle'`,
 		`INSERT INTO bigtable_attempts (attempt_uid, uid, attempt_no, started_at, finished_at, outcome, message, decision)
 			VALUES ('ckprevious00000000000000', 'c-retrying', 2, '2024-03-04T06:01:00Z', '2024-03-04T06:10:00Z', 'failure', 'HTTP 503', 'retry')`,

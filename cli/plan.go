@@ -43,7 +43,7 @@ func runPlan(ctx context.Context, e env, args []string) error {
 	fs := flagSet(e, "plan", "plan [policy flags] --start T (--outcomes success,failure,timeout,... | --fail-all) [--seed N] [--format table|json|mermaid]", &cfg)
 	d.register(fs)
 	fs.StringVar(&start, "start", "now", "when the record is first due: an RFC 3339 time (`T`) or now")
-	fs.StringVar(&outcomes, "outcomes", "", "the attempts' `OUTCOMES` in order: success, failure, timeout, not_retryable, each optionally :duration (failure:10m)")
+	fs.StringVar(&outcomes, "outcomes", "", "the attempts' `OUTCOMES` in order: success, failure, timeout, not_retryable, each optionally :duration (failure:10m), and a failure's :kind and :retry_after (failure:rate_limited:30s)")
 	fs.BoolVar(&failAll, "fail-all", false, "every attempt fails, until the policy gives up")
 	fs.Uint64Var(&seed, "seed", 1, "random seed for randomized strategies: the same seed gives the same plan")
 	fs.StringVar(&format, "format", "table", "output `FORMAT`: table, json or mermaid (a Gantt chart)")
@@ -102,12 +102,22 @@ func runPlan(ctx context.Context, e env, args []string) error {
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "#\tSTART\tDEADLINE\tOUTCOME\tAT\tREFRESH_AT\tWHY")
 	for _, a := range plan.Attempts {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", a.No, clock(a.Start), clock(a.Deadline), a.Outcome, clock(a.End), clock(a.RefreshAt), a.Why)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", a.No, clock(a.Start), clock(a.Deadline), outcomeText(a), clock(a.End), clock(a.RefreshAt), a.Why)
 	}
 	tw.Flush()
 	fmt.Fprintf(e.stdout, "\n%d attempt(s); final state: %s\n", len(plan.Attempts), finalState(plan.Final, loc))
 	fmt.Fprintf(e.stdout, "stopped: %s\n", plan.Stopped)
 	return nil
+}
+
+// outcomeText is an attempt's outcome as --outcomes writes it, with the
+// failure's kind and retry_after: failure:rate_limited:30s.
+func outcomeText(a refresh.PlannedAttempt) string {
+	o := refresh.SimOutcome{Kind: a.Outcome, FailureKind: a.FailureKind}
+	if a.RetryAfter != nil {
+		o.RetryAfter, o.HasRetryAfter = *a.RetryAfter, true
+	}
+	return o.String()
 }
 
 func finalState(s refresh.State, loc *time.Location) string {
@@ -138,9 +148,15 @@ type plannedAttempt struct {
 	RefreshAt *string `json:"refresh_at"`
 	Why       string  `json:"why"`
 	Disabled  bool    `json:"disabled"`
-	// Decision and Delay are the retry decision after a failure.
-	Decision string `json:"decision,omitempty"`
-	Delay    string `json:"delay,omitempty"`
+	// Kind and RetryAfter are what the worker reported with its failure.
+	Kind       string  `json:"kind,omitempty"`
+	RetryAfter *string `json:"retry_after,omitempty"`
+	// Decision and Delay are the retry decision after a failure;
+	// DelayFrom says where the delay came from: strategy, on_kind or
+	// retry_after.
+	Decision  string `json:"decision,omitempty"`
+	Delay     string `json:"delay,omitempty"`
+	DelayFrom string `json:"delay_from,omitempty"`
 }
 
 // finalView is the record's state after the last attempt of a plan.
@@ -166,8 +182,21 @@ func planJSON(p refresh.Plan, loc *time.Location) planView {
 	for _, a := range p.Attempts {
 		pa := plannedAttempt{AttemptNo: a.No, Start: at(a.Start), Deadline: at(a.Deadline), Outcome: a.Outcome,
 			End: at(a.End), RefreshAt: at(a.RefreshAt), Why: a.Why, Disabled: a.Disabled}
+		pa.Kind = a.FailureKind
+		if a.RetryAfter != nil {
+			ra := refresh.FormatDuration(*a.RetryAfter)
+			pa.RetryAfter = &ra
+		}
 		if a.Step.Decision != "" {
 			pa.Decision, pa.Delay = string(a.Step.Decision), refresh.FormatDuration(a.Step.Delay)
+			switch {
+			case a.Step.FromRetryAfter:
+				pa.DelayFrom = "retry_after"
+			case a.Step.Kind != "":
+				pa.DelayFrom = "on_kind"
+			default:
+				pa.DelayFrom = "strategy"
+			}
 		}
 		v.Attempts = append(v.Attempts, pa)
 	}
@@ -241,7 +270,8 @@ func runExplain(ctx context.Context, e env, args []string) error {
 		rule = after
 	}
 	for _, line := range refresh.Explain(rule, pol) {
-		fmt.Fprintln(e.stdout, "- "+line)
+		text := strings.TrimLeft(line, " ")
+		fmt.Fprintln(e.stdout, line[:len(line)-len(text)]+"- "+text)
 	}
 	if set["policy"] || len(pos) == 1 {
 		b, _ := json.Marshal(json.RawMessage(pol.JSON()))

@@ -48,7 +48,7 @@ func TestPlanSeedTimelines(t *testing.T) {
 				"06:03:00 failure 06:09:00 | retry after 5m", "06:09:00 failure 06:25:00 | retry after 15m",
 				"06:25:00 failure 06:56:00 | retry after 30m", "06:56:00 failure 07:57:00 | retry after 1h",
 				"07:57:00 failure - | retries exhausted: disabled"},
-			`final state: disabled ("Cannot refresh BigTable after 7 attempt(s)"), attempt_no 7`},
+			`final state: disabled ("Cannot refresh BigTable after 7 attempts"), attempt_no 7`},
 		{"timeout 10h: the 16:00 run is attempt 2 (docs/design.md worked example)",
 			[]string{"--schedule", "DTSTART:20240304T060000Z\nRRULE:FREQ=DAILY;BYHOUR=6,16", "--start", "2024-03-04T06:00:00Z",
 				"--timeout", "10h", "--outcomes", "failure:10m,success"},
@@ -70,12 +70,23 @@ func TestPlanSeedTimelines(t *testing.T) {
 			[]string{"08:00:00 success 08:30:00 | success: next planned refresh",
 				"08:30:00 timeout 10:00:00 | aligned: the retry (after 0s) would still run at the planned refresh at 2024-03-04 10:00:00"},
 			"attempt_no 1"},
-		{"thumbnail: one-off, 1 minute, three retries",
-			[]string{"--expr", "Allow 1 minute to complete\nOn the first failure, retry immediately\nOn the second failure, retry after 1 minute\nOn the third failure, retry after 5 minutes\nOn the fourth failure, mark the banner with \"thumbnail creation failed\"",
-				"--start", "2024-03-04T10:00:00Z", "--fail-all", "--run", "10s"},
+		{"thumbnail, as the original design writes it: one-off, 1 minute, three retries, then its message",
+			[]string{"--expr", "../refresh/testdata/scenarios/thumbnail.txt", "--start", "2024-03-04T10:00:00Z", "--fail-all", "--run", "10s"},
 			[]string{"10:00:00 failure 10:00:10 | retry after 0s (no planned refresh)", "10:00:10 failure 10:01:20 | retry after 1m (no planned refresh)",
 				"10:01:20 failure 10:06:30 | retry after 5m (no planned refresh)", "10:06:30 failure - | retries exhausted: disabled"},
-			"Cannot refresh BigTable after 4 attempt(s)"},
+			`final state: disabled ("thumbnail creation failed"), attempt_no 4`},
+		{"twice a day, as the original design writes it",
+			[]string{"--expr", "../refresh/testdata/scenarios/twice-a-day.txt", "--start", "2024-03-04T06:00:00Z", "--outcomes", "failure,timeout"},
+			[]string{"06:00:00 failure 06:01:00 | retry after 0s", "06:01:00 timeout 07:02:00 | retry after 1m"}, "attempt_no 2"},
+		{"failures by kind: retry_after, a kind's own strategy, the default one, a final kind",
+			[]string{"--schedule", "DTSTART:20240304T060000Z\nRRULE:FREQ=DAILY;BYHOUR=6,16", "--start", "2024-03-04T06:00:00Z",
+				"--policy", `{"on_kind":{"bad_input":"final","rate_limited":{"strategy":{"kind":"fix","ms":120000,"max_retry":5}}}}`,
+				"--outcomes", "failure:rate_limited:30s,failure:rate_limited,failure:upstream_5xx,failure:bad_input"},
+			[]string{"06:00:00 failure:rate_limited:30s 06:01:30 | retry after 30s [kind rate_limited; the worker's retry_after]",
+				"06:01:30 failure:rate_limited 06:04:30 | retry after 2m [kind rate_limited]",
+				"06:04:30 failure:upstream_5xx 06:10:30 | retry after 5m",
+				"06:10:30 failure:bad_input - | not retryable: disabled [kind bad_input]"},
+			`final state: disabled ("Cannot refresh BigTable after 4 attempts"), attempt_no 4`},
 		{"exponential 5s x2 cap 300s",
 			[]string{"--strategy", "exponential initial=5s max=300s max_attempts=4", "--start", "2024-03-04T10:00:00Z", "--fail-all", "--run", "1s", "--timeout", "10s"},
 			[]string{"10:00:00 failure 10:00:06 | retry after 5s (no planned refresh)", "10:00:06 failure 10:00:17 | retry after 10s (no planned refresh)",
@@ -132,7 +143,7 @@ func TestExplainCommand(t *testing.T) {
 	if code != 0 {
 		t.Fatal(stderr)
 	}
-	want := "- Refresh the model every 2 hours\n- Allow 1 hour for a response\n- On the first failure, retry immediately\n- Panic\n"
+	want := "- Refresh the model every 2 hours\n- Allow 1 hour for a response\n- On the first failure, retry immediately\n- After the last retry, stop refreshing until a person updates the record\n"
 	if !strings.HasSuffix(out, want) || !strings.HasPrefix(out, "# schedule from DTSTART:") {
 		t.Errorf("explain =\n%s\nwant it to end with\n%s", out, want)
 	}

@@ -269,7 +269,7 @@ func TestSystem(t *testing.T) {
 	})
 	t.Run("broken is disabled after its retries", func(t *testing.T) {
 		r := s.get("broken")
-		if r.DisabledReason != "Cannot refresh BigTable after 3 attempt(s)" || !r.RefreshAt.IsZero() || r.Running() {
+		if r.DisabledReason != "Cannot refresh BigTable after 3 attempts: upstream answered 500" || !r.RefreshAt.IsZero() || r.Running() {
 			t.Errorf("broken %+v", r.State)
 		}
 		if h := s.history("broken"); len(h) != 3 || h[2].Decision != "exhausted" {
@@ -282,7 +282,7 @@ func TestSystem(t *testing.T) {
 		if len(h) != 2 || h[0].Outcome != store.OutcomeTimeout || h[1].Outcome != store.OutcomeTimeout {
 			t.Errorf("hangs history %+v", h)
 		}
-		if r.DisabledReason != "Cannot refresh BigTable after 2 attempt(s)" {
+		if r.DisabledReason != "Cannot refresh BigTable after 2 attempts: timeout" {
 			t.Errorf("hangs reason %q", r.DisabledReason)
 		}
 	})
@@ -310,7 +310,7 @@ func TestSystem(t *testing.T) {
 		}
 		out, _ := s.run("show", "broken")
 		var shown map[string]any
-		if err := json.Unmarshal([]byte(out), &shown); err != nil || shown["disabled_reason"] != "Cannot refresh BigTable after 3 attempt(s)" {
+		if err := json.Unmarshal([]byte(out), &shown); err != nil || shown["disabled_reason"] != "Cannot refresh BigTable after 3 attempts: upstream answered 500" {
 			t.Errorf("show broken = %s (%v)", out, err)
 		}
 		for _, key := range []string{"uid", "input_url", "schedule", "refresh_at", "attempt_uid", "attempt_no", "started_at", "deadline_at", "disabled_until_update", "disabled_reason", "status_message"} {

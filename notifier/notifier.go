@@ -240,9 +240,13 @@ func New(st *store.Store, cfg Config) (*Notifier, error) {
 }
 
 // Body returns the JSON a webhook and the events list receive for e.
-func Body(e store.Event) []byte {
+func Body(e store.Event) []byte { return body(e, false) }
+
+// body is Body, with notify_customer set when the record's policy asks that
+// its customer be told of the final failure (notify_final) and e is one.
+func body(e store.Event, notifyCustomer bool) []byte {
 	p := protocol.Event{ID: strconv.FormatInt(e.ID, 10), Type: string(e.Type), BigTableUID: e.UID, At: e.At.UTC(),
-		Reason: e.Reason, Attempts: e.Attempts, Upstream: e.Upstream, Message: e.Message}
+		Reason: e.Reason, Attempts: e.Attempts, Upstream: e.Upstream, Message: e.Message, NotifyCustomer: notifyCustomer}
 	if !e.FailingSince.IsZero() {
 		t := e.FailingSince.UTC()
 		p.FailingSince = &t
@@ -262,6 +266,15 @@ func Sign(secret string, body []byte) string {
 // constant time: what a receiver checks.
 func Verify(secret string, body []byte, header string) bool {
 	return hmac.Equal([]byte(header), []byte(Sign(secret, body)))
+}
+
+// notifyFinal reports whether a record's policy JSON asks that its customer
+// be told of its final failure (field notify_final; tolerant, like notifyURL).
+func notifyFinal(policy []byte) bool {
+	var p struct {
+		NotifyFinal bool `json:"notify_final"`
+	}
+	return json.Unmarshal(policy, &p) == nil && p.NotifyFinal
 }
 
 // notifyURL reads a record's own webhook from its policy JSON (field
@@ -327,7 +340,8 @@ func (n *Notifier) Once(ctx context.Context) (int, error) {
 // round delivers one claimed event to the destinations that did not take
 // it yet, and marks the outcome.
 func (n *Notifier) round(ctx context.Context, c store.Claimed) {
-	body := Body(c.Event)
+	final := c.Type == store.EventDisabled || c.Type == store.EventGaveUp
+	body := body(c.Event, final && notifyFinal(c.Policy))
 	done := map[string]bool{}
 	for _, k := range c.DeliveredTo {
 		done[k] = true

@@ -91,6 +91,9 @@ func failToTheEnd(t *testing.T, st *store.Store, q *queue.Queue, uid string) {
 	ctx := context.Background()
 	p := refresh.DefaultPolicy()
 	p.Retries = []refresh.Duration{0}
+	// The original design's thumbnail scenario: the record is marked
+	// "thumbnail creation failed" and the customer is told.
+	p.FinalReason, p.NotifyFinal = "thumbnail creation failed", true
 	past := time.Now().Add(-time.Minute)
 	if _, err := st.Add(ctx, uid, store.Definition{InputURL: "http://example.com/" + uid, Policy: p.JSON()}, &past); err != nil {
 		t.Fatal(err)
@@ -110,7 +113,7 @@ func failToTheEnd(t *testing.T, st *store.Store, q *queue.Queue, uid string) {
 			t.Fatal(err)
 		}
 		res := protocol.Result{BigTableUID: uid, AttemptUID: job.AttemptUID, Type: protocol.Failure,
-			Message: "GET: 503 Service Unavailable", UserFriendlyReason: "thumbnail creation failed"}
+			Message: "GET: 503 Service Unavailable"}
 		if err := q.PushResult(ctx, res.Encode()); err != nil {
 			t.Fatal(err)
 		}
@@ -190,8 +193,8 @@ func TestRecordFailsToItsEndReceiverGetsOneSignedEvent(t *testing.T) {
 		t.Fatalf("receiver got %d deliveries; want 1", len(got))
 	}
 	ev := checkSigned(t, got[0])
-	if ev.Type != "disabled" || ev.BigTableUID != "thumb" || ev.Reason != "thumbnail creation failed" || ev.Attempts != 2 || ev.FailingSince == nil {
-		t.Errorf("event %+v; want disabled after 2 attempts with the final reason", ev)
+	if ev.Type != "disabled" || ev.BigTableUID != "thumb" || ev.Reason != "thumbnail creation failed" || ev.Attempts != 2 || ev.FailingSince == nil || !ev.NotifyCustomer {
+		t.Errorf("event %+v; want disabled after 2 attempts with the policy's final reason, for the customer", ev)
 	}
 	validEvent(t, got[0].body)
 	onList, err := rdb.LRange(ctx, list, 0, -1).Result()

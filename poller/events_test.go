@@ -55,7 +55,7 @@ func TestFinalFailureEventOnlyWhenCommitted(t *testing.T) {
 	drainAll(t, e, live)
 	got := events(t, e, "rec")
 	if len(got) != 1 || got[0].Type != store.EventDisabled || got[0].Attempts != 1 ||
-		got[0].Reason != "Cannot refresh BigTable after 1 attempt(s)" || got[0].FailingSince.IsZero() || got[0].State != store.EventPending {
+		got[0].Reason != "Cannot refresh BigTable after 1 attempt: GET: 503" || got[0].FailingSince.IsZero() || got[0].State != store.EventPending {
 		t.Fatalf("events %+v; want one pending disabled event after 1 attempt", got)
 	}
 }

@@ -130,6 +130,7 @@ func applyBatch(rows map[string]store.Row, busy map[string]bool, items []item, n
 		case protocol.Failure:
 			row.State, step, err = rl.Fail(row.State, now, rcv, r.AttemptUID, refresh.Failure{
 				Message: r.Message, NotRetryable: r.NotRetryable(), Reason: r.UserFriendlyReason, Draw: draw(),
+				Kind: r.Kind, RetryAfter: r.RetryAfter.Time(now),
 			})
 			outcome = store.OutcomeFailure
 		case protocol.Status:

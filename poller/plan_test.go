@@ -27,6 +27,12 @@ func TestApplyBatch(t *testing.T) {
 	}
 	broken := running("broken", "c1")
 	broken.Policy = []byte(`{"timeout": "soon"}`)
+	kinds := running("k", "c1")
+	kinds.Policy = []byte(`{"on_kind": {"bad_input": "final"}, "final_reason": "thumbnail creation failed"}`)
+	withKind := func(r protocol.Result, kind string, ra *protocol.RetryAfter) protocol.Result {
+		r.Kind, r.RetryAfter = kind, ra
+		return r
+	}
 
 	tests := []struct {
 		name    string
@@ -60,6 +66,37 @@ func TestApplyBatch(t *testing.T) {
 			check: func(t *testing.T, p batchPlan) {
 				if len(p.finished) != 1 || p.finished[0].Decision == "" || p.finished[0].Message != "boom" {
 					t.Errorf("finished %+v; want the failure with its decision", p.finished)
+				}
+			},
+		},
+		{
+			name: "retry_after in seconds sets the delay", rows: []store.Row{running("a", "c1")},
+			results: []protocol.Result{withKind(res("a", "c1", protocol.Failure, "GET: 429"), "rate_limited", protocol.RetryAfterSeconds(90))},
+			rcv:     onTime, applied: 1,
+			check: func(t *testing.T, p batchPlan) {
+				if len(p.save) != 1 || !p.save[0].RefreshAt.Equal(now.Add(90*time.Second)) {
+					t.Errorf("save %+v; want refresh_at now+90s", p.save)
+				}
+			},
+		},
+		{
+			name: "retry_after as a time sets the delay", rows: []store.Row{running("a", "c1")},
+			results: []protocol.Result{withKind(res("a", "c1", protocol.Failure, "GET: 503"), "", protocol.RetryAfterAt(now.Add(7*time.Minute)))},
+			rcv:     onTime, applied: 1,
+			check: func(t *testing.T, p batchPlan) {
+				if len(p.save) != 1 || !p.save[0].RefreshAt.Equal(now.Add(7*time.Minute)) {
+					t.Errorf("save %+v; want refresh_at now+7m", p.save)
+				}
+			},
+		},
+		{
+			name: "a kind the policy makes final disables with its final_reason", rows: []store.Row{kinds},
+			results: []protocol.Result{withKind(res("k", "c1", protocol.Failure, "GET: 404"), "bad_input", nil)},
+			rcv:     onTime, applied: 1,
+			check: func(t *testing.T, p batchPlan) {
+				if len(p.save) != 1 || !p.save[0].Disabled || p.save[0].DisabledReason != "thumbnail creation failed" ||
+					p.finished[0].Decision != string(refresh.NotRetryable) {
+					t.Errorf("save %+v finished %+v; want disabled, not retryable, with the policy's reason", p.save, p.finished)
 				}
 			},
 		},

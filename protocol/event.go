@@ -31,6 +31,10 @@ type Event struct {
 	Upstream string `json:"upstream,omitempty"`
 	// Message is free text for a person.
 	Message string `json:"message,omitempty"`
+	// NotifyCustomer is true on the final failure (disabled, gave_up) of a
+	// record whose policy says notify_final ("Email the customer about the
+	// final failure"): the receiver tells the record's customer.
+	NotifyCustomer bool `json:"notify_customer,omitempty"`
 }
 
 // Encode returns the event's JSON.

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -43,6 +44,11 @@ const (
 	// MaxTextLen bounds message and user_friendly_reason (in characters);
 	// longer texts are cut and marked, never refused.
 	MaxTextLen = 2000
+	// MaxKindLen bounds kind, in bytes.
+	MaxKindLen = 64
+	// MaxRetryAfterSeconds bounds a retry_after given in seconds (ten
+	// years); the record's policy caps the delay it sets much lower.
+	MaxRetryAfterSeconds = 10 * 365 * 24 * 3600
 )
 
 // Job is what the scheduler pushes for each started attempt.
@@ -114,6 +120,94 @@ type Result struct {
 	// UserFriendlyReason, on a failure, is shown to the customer if the
 	// failure disables the record.
 	UserFriendlyReason string `json:"user_friendly_reason,omitempty"`
+	// Kind, on a failure, names its kind (free text such as rate_limited,
+	// upstream_5xx, bad_input: 1 to 64 bytes, no spaces or control
+	// characters); the record's policy may route it (on_kind).
+	Kind string `json:"kind,omitempty"`
+	// RetryAfter, on a failure, is when the worker asks to be retried (an
+	// HTTP Retry-After): it sets the delay of this failure, up to the
+	// policy's max_retry_after, still aligned with the schedule.
+	RetryAfter *RetryAfter `json:"retry_after,omitempty"`
+}
+
+// RetryAfter is a result's retry_after: a number of seconds (from when the
+// result is applied), or an RFC 3339 time.
+type RetryAfter struct {
+	// Seconds, when At is zero.
+	Seconds float64
+	// At is the time given, else zero.
+	At time.Time
+}
+
+// RetryAfterSeconds is a retry_after of n seconds.
+func RetryAfterSeconds(n float64) *RetryAfter { return &RetryAfter{Seconds: n} }
+
+// RetryAfterAt is a retry_after at t.
+func RetryAfterAt(t time.Time) *RetryAfter { return &RetryAfter{At: t.UTC()} }
+
+// Time returns when the retry is asked for, seconds counted from now; the
+// zero time for a nil RetryAfter.
+func (r *RetryAfter) Time(now time.Time) time.Time {
+	switch {
+	case r == nil:
+		return time.Time{}
+	case !r.At.IsZero():
+		return r.At
+	}
+	return now.Add(time.Duration(r.Seconds * float64(time.Second)))
+}
+
+// MarshalJSON writes a number of seconds or an RFC 3339 time.
+func (r RetryAfter) MarshalJSON() ([]byte, error) {
+	if !r.At.IsZero() {
+		return json.Marshal(r.At.UTC().Format(time.RFC3339Nano))
+	}
+	return json.Marshal(r.Seconds)
+}
+
+// UnmarshalJSON reads a non-negative number of seconds, at most
+// MaxRetryAfterSeconds, or an RFC 3339 time.
+func (r *RetryAfter) UnmarshalJSON(b []byte) error {
+	var n float64
+	if err := json.Unmarshal(b, &n); err == nil {
+		if n < 0 || n > MaxRetryAfterSeconds {
+			return fieldError{fmt.Sprintf("retry_after %s: expected 0 to %d seconds, or an RFC 3339 time", Clip(string(b), 30), MaxRetryAfterSeconds)}
+		}
+		*r = RetryAfter{Seconds: n}
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fieldError{fmt.Sprintf("field retry_after is a JSON %s: expected a number of seconds or an RFC 3339 time", jsonValueKind(b))}
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return fieldError{fmt.Sprintf("retry_after %q: expected a number of seconds or an RFC 3339 time (2024-03-04T06:00:00Z)", Clip(s, 40))}
+	}
+	*r = RetryAfter{At: t.UTC()}
+	return nil
+}
+
+// fieldError is a field's own decoding error, reported as is.
+type fieldError struct{ msg string }
+
+func (e fieldError) Error() string { return e.msg }
+
+// jsonValueKind names the kind of a JSON value for an error.
+func jsonValueKind(b []byte) string {
+	switch t := bytes.TrimSpace(b); {
+	case len(t) == 0:
+		return "nothing"
+	case t[0] == '{':
+		return "object"
+	case t[0] == '[':
+		return "array"
+	case t[0] == 't' || t[0] == 'f':
+		return "bool"
+	case t[0] == 'n':
+		return "null"
+	}
+	return "value"
 }
 
 // NotRetryable reports whether the result is a failure marked not retryable.
@@ -167,14 +261,37 @@ func DecodeResult(b []byte, maxBytes int) (Result, error) {
 		return bad("unknown type %q: expected %q, %q or %q", Clip(string(r.Type), 50), Success, Failure, Status)
 	case r.Retryable != nil && r.Type != Failure:
 		return bad("retryable is only allowed on a failure")
+	case r.Kind != "" && r.Type != Failure:
+		return bad("kind is only allowed on a failure")
+	case r.RetryAfter != nil && r.Type != Failure:
+		return bad("retry_after is only allowed on a failure")
 	case strings.IndexByte(r.BigTableUID, 0) >= 0:
 		return bad("big_table_uid contains a NUL character (\\u0000), which no record uid can hold")
 	case strings.IndexByte(r.AttemptUID, 0) >= 0:
 		return bad("refresh_attempt_uid contains a NUL character (\\u0000), which no attempt uid can hold")
 	}
+	if r.Kind != "" {
+		if err := checkKind(r.Kind); err != nil {
+			return bad("%v", err)
+		}
+	}
 	r.Message = Clip(storable(r.Message), MaxTextLen)
 	r.UserFriendlyReason = Clip(storable(r.UserFriendlyReason), MaxTextLen)
 	return r, nil
+}
+
+// checkKind checks a failure's kind: at most MaxKindLen bytes, no spaces
+// or control characters.
+func checkKind(kind string) error {
+	if len(kind) > MaxKindLen {
+		return fmt.Errorf("kind is longer than %d bytes", MaxKindLen)
+	}
+	for _, r := range kind {
+		if unicode.IsSpace(r) || !unicode.IsPrint(r) {
+			return fmt.Errorf("kind %q: expected no spaces or control characters (e.g. rate_limited)", kind)
+		}
+	}
+	return nil
 }
 
 // storable replaces the NUL characters PostgreSQL text cannot hold by
@@ -196,6 +313,10 @@ func strictObject(b []byte, v any) error {
 	// json.Unmarshal, not a Decoder: no allocation per result for the
 	// decoder's buffer, and it refuses trailing data by itself.
 	if err := json.Unmarshal(trimmed, v); err != nil {
+		var fe fieldError
+		if errors.As(err, &fe) {
+			return fe
+		}
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
 			return fmt.Errorf("field %s is a JSON %s: expected %s", te.Field, te.Value, jsonKind(te.Type.String()))

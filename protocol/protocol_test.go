@@ -42,12 +42,50 @@ func TestDecodeResult(t *testing.T) {
 		{`{"big_table_uid":"b","refresh_attempt_uid":"c1","type":"success","message":"` + strings.Repeat("x", 100) + `"}`, "over the limit of 100"},
 		{`{"big_table_uid":"b\u0000","refresh_attempt_uid":"c1","type":"success"}`, "big_table_uid contains a NUL character"},
 		{`{"big_table_uid":"b","refresh_attempt_uid":"\u0000c1","type":"success"}`, "refresh_attempt_uid contains a NUL character"},
+		{`{"big_table_uid":"b","refresh_attempt_uid":"c1","type":"success","kind":"rate_limited"}`, "kind is only allowed on a failure"},
+		{`{"big_table_uid":"b","refresh_attempt_uid":"c1","type":"user_friendly_status","retry_after":3}`, "retry_after is only allowed on a failure"},
+		{`{"big_table_uid":"b","refresh_attempt_uid":"c1","type":"failure","kind":"rate limited"}`, `kind "rate limited": expected no spaces`},
+		{`{"big_table_uid":"b","refresh_attempt_uid":"c1","type":"failure","kind":"` + strings.Repeat("k", 65) + `"}`, "kind is longer than 64 bytes"},
+		{`{"big_table_uid":"b","refresh_attempt_uid":"c1","type":"failure","kind":7}`, "field kind is a JSON number: expected a string"},
+		{`{"big_table_uid":"b","refresh_attempt_uid":"c1","type":"failure","retry_after":-5}`, "retry_after -5: expected 0 to 315360000 seconds"},
+		{`{"big_table_uid":"b","refresh_attempt_uid":"c1","type":"failure","retry_after":1e12}`, "retry_after 1e12: expected 0 to"},
+		{`{"big_table_uid":"b","refresh_attempt_uid":"c1","type":"failure","retry_after":"in a bit"}`, `retry_after "in a bit": expected a number of seconds or an RFC 3339 time`},
+		{`{"big_table_uid":"b","refresh_attempt_uid":"c1","type":"failure","retry_after":true}`, "field retry_after is a JSON bool"},
 	}
 	for _, tt := range bad {
 		_, err := DecodeResult([]byte(tt.in), 100+boolInt(!strings.Contains(tt.want, "limit"))*1000)
 		if err == nil || !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("DecodeResult(%.60s) error = %v; want ErrMalformed containing %q", tt.in, err, tt.want)
 		}
+	}
+}
+
+// A failure's kind and retry_after: seconds from when the result is
+// applied, or an RFC 3339 time.
+func TestDecodeResultKindAndRetryAfter(t *testing.T) {
+	now := time.Date(2024, 3, 4, 6, 0, 0, 0, time.UTC)
+	for in, want := range map[string]time.Time{
+		`30`:                          now.Add(30 * time.Second),
+		`0.5`:                         now.Add(500 * time.Millisecond),
+		`0`:                           now,
+		`"2024-03-04T08:00:00+01:00"`: now.Add(time.Hour),
+		`"2024-03-04T06:00:30.25Z"`:   now.Add(30250 * time.Millisecond),
+	} {
+		r, err := DecodeResult([]byte(`{"big_table_uid":"b","refresh_attempt_uid":"c","type":"failure","kind":"rate_limited","retry_after":`+in+`}`), 0)
+		if err != nil {
+			t.Fatalf("%s: %v", in, err)
+		}
+		if r.Kind != "rate_limited" || !r.RetryAfter.Time(now).Equal(want) {
+			t.Errorf("retry_after %s: kind %q, time %v; want %v", in, r.Kind, r.RetryAfter.Time(now), want)
+		}
+		again, err := DecodeResult(r.Encode(), 0)
+		if err != nil || !again.RetryAfter.Time(now).Equal(want) || again.Kind != r.Kind {
+			t.Errorf("round trip of %s: %s, %v", in, r.Encode(), err)
+		}
+	}
+	r, _ := DecodeResult([]byte(`{"big_table_uid":"b","refresh_attempt_uid":"c","type":"failure"}`), 0)
+	if r.RetryAfter != nil || !r.RetryAfter.Time(now).IsZero() || strings.Contains(string(r.Encode()), "retry_after") {
+		t.Errorf("no retry_after: %+v %s", r, r.Encode())
 	}
 }
 
@@ -94,6 +132,8 @@ func FuzzDecodeResult(f *testing.F) {
 		`{"big_table_uid":"bt1","refresh_attempt_uid":"c1","type":"failure","retryable":false,"user_friendly_reason":"r"}`,
 		`{"big_table_uid":"bt1","refresh_attempt_uid":"c1","type":"user_friendly_status","message":"50%"}`,
 		`{"big_table_uid":1}`, `[]`, `null`, "{\"a\":\"\xff\"}",
+		`{"big_table_uid":"bt1","refresh_attempt_uid":"c1","type":"failure","kind":"rate_limited","retry_after":30}`,
+		`{"big_table_uid":"bt1","refresh_attempt_uid":"c1","type":"failure","kind":"x","retry_after":"2024-03-04T06:00:00Z"}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -111,14 +151,22 @@ func FuzzDecodeResult(f *testing.F) {
 		if utf8.RuneCountInString(r.Message) > MaxTextLen || utf8.RuneCountInString(r.UserFriendlyReason) > MaxTextLen {
 			t.Fatalf("text over the limit kept")
 		}
-		for _, s := range []string{r.BigTableUID, r.AttemptUID, r.Message, r.UserFriendlyReason} {
+		if r.Type != Failure && (r.Kind != "" || r.RetryAfter != nil) {
+			t.Fatalf("kind or retry_after accepted on a %s", r.Type)
+		}
+		if len(r.Kind) > MaxKindLen || (r.RetryAfter != nil && (r.RetryAfter.Seconds < 0 || r.RetryAfter.Seconds > MaxRetryAfterSeconds)) {
+			t.Fatalf("kind or retry_after out of bounds: %+v", r)
+		}
+		for _, s := range []string{r.BigTableUID, r.AttemptUID, r.Message, r.UserFriendlyReason, r.Kind} {
 			if strings.IndexByte(s, 0) >= 0 || !utf8.ValidString(s) {
 				t.Fatalf("accepted a text PostgreSQL cannot store: %q", s)
 			}
 		}
 		// What was accepted survives a round trip.
 		again, err := DecodeResult(r.Encode(), 1<<20)
-		if err != nil || again.AttemptUID != r.AttemptUID || again.Type != r.Type || again.Message != r.Message {
+		now := time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
+		if err != nil || again.AttemptUID != r.AttemptUID || again.Type != r.Type || again.Message != r.Message ||
+			again.Kind != r.Kind || !again.RetryAfter.Time(now).Equal(r.RetryAfter.Time(now)) {
 			t.Fatalf("round trip of %+v: %+v, %v", r, again, err)
 		}
 	})

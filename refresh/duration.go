@@ -174,12 +174,20 @@ func (d Duration) MarshalJSON() ([]byte, error) {
 	return json.Marshal(FormatDuration(time.Duration(d)))
 }
 
-// UnmarshalJSON reads a duration string; a bare JSON number is refused because
-// its unit would be a guess.
+// UnmarshalJSON reads a duration string, or the JSON number 0 (zero needs
+// no unit: the original design's retries list starts with it); any other
+// bare number is refused because its unit would be a guess.
 func (d *Duration) UnmarshalJSON(b []byte) error {
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("duration %s: expected a string such as \"5m\" or \"PT5M\"", b)
+		var n json.Number
+		if json.Unmarshal(b, &n) == nil {
+			if f, err := n.Float64(); err == nil && f == 0 {
+				*d = 0
+				return nil
+			}
+		}
+		return fmt.Errorf("duration %s: expected a string such as \"5m\" or \"PT5M\" (a bare number is accepted only for 0)", b)
 	}
 	v, err := ParseDuration(s)
 	if err != nil {

@@ -18,14 +18,14 @@ import (
 //   - Panic
 //
 // ParseReadable reads it; Explain writes any policy back as such sentences.
+// No sentence is dropped silently: each one sets a field, is kept in the
+// policy's notes (which explain prints), or is refused with the sentence
+// quoted.
 type Readable struct {
 	// Schedule is RRULE text (without DTSTART) when a sentence sets the
 	// schedule, else "".
 	Schedule string
 	Policy   Policy
-	// Notes are sentences understood but not acted on (bigtables sends no
-	// email: watch `bigtables list --disabled`).
-	Notes []string
 }
 
 var (
@@ -39,8 +39,16 @@ var (
 	reGiveUpAge  = regexp.MustCompile(`^give up after (.+?) of (?:unsuccessful|failed) (?:refresh )?attempts:?$`)
 	rePanic      = regexp.MustCompile(`^(?:panic|give up after the final unsuccessful retry:?|disable auto-refresh|disable refreshing.*|give up)$`)
 	reWaitNext   = regexp.MustCompile("^(?:reset `?attempt_no`?|wait until (?:the )?next scheduled refresh|reset `?attempt_no`? and wait until (?:the )?next scheduled refresh)$")
-	reEmail      = regexp.MustCompile(`^(?:email|send) the customer`)
-	reHeader     = regexp.MustCompile(`^(?:retry policy|key moments):?$`)
+	reEmail      = regexp.MustCompile(`^(?:email|send|notify|tell) the customer\b`)
+	reHeader     = regexp.MustCompile(`^(?:retry policy|key moments|on the final failure|when the record is disabled|refresh once \(no schedule\); after a success, wait for a manual update):?$`)
+	reStopAll    = regexp.MustCompile(`^(?:after the last retry, )?stop refreshing until a person updates the record$`)
+	reMark       = regexp.MustCompile(`(?i)^(?:on the (\w+) failure,? )?mark (?:the|this) (?:[\w-]+ ){0,2}(?:as|with) ["'“‘](.+?)["'”’]?$`)
+	reNote       = regexp.MustCompile(`(?i)^note: (.+)$`)
+	reSendJob    = regexp.MustCompile(`^send (?:a|an|the) (?:\w+ )?(?:request|job|message|call) to .+$`)
+	reKindFinal  = regexp.MustCompile(`(?i)^if the worker reports a failure of kind (\S+), stop refreshing at once until a person updates the record$`)
+	reKindAny    = regexp.MustCompile(`^if the worker reports a failure of kind `)
+	reRetryAfter = regexp.MustCompile(`^honou?r a worker's retry_after up to (.+)$`)
+	reSendEvents = regexp.MustCompile(`(?i)^send (?:this record's )?events to (\S+)$`)
 	reTimeSep    = regexp.MustCompile(`\s*(?:,|\band\b)\s*`)
 	reClock      = regexp.MustCompile(`^(\d{1,2})(?::(\d\d))?\s*(am|pm)?$`)
 	reNoRetry    = regexp.MustCompile(`^(?:do not|don't|never) retry$`)
@@ -179,6 +187,17 @@ func ParseReadable(text string, base *Policy) (Readable, error) {
 			}
 			delays = append(delays, Duration(d))
 			sawRetry = true
+		case reMark.MatchString(line):
+			g := reMark.FindStringSubmatch(line)
+			if g[1] != "" {
+				k, ok := ordinal(strings.ToLower(g[1]))
+				if !ok || k != len(delays)+1 {
+					return out, bad("the retries listed end with the %s failure", ordinalName(len(delays)+1))
+				}
+				out.Policy.OnExhausted = Disable
+				sawRetry = true
+			}
+			out.Policy.FinalReason = strings.TrimSpace(strings.TrimRight(g[2], "."))
 		case m(reFinalColon) != nil || m(reFinalDo) != nil:
 			g := m(reFinalColon)
 			if g == nil {
@@ -190,7 +209,7 @@ func ParseReadable(text string, base *Policy) (Readable, error) {
 				return out, bad("the retries listed end with the %s failure", ordinalName(len(delays)+1))
 			}
 			sawRetry = true
-		case m(rePanic) != nil:
+		case m(rePanic) != nil || m(reStopAll) != nil:
 			if !afterGiveUp {
 				out.Policy.OnExhausted = Disable
 				sawRetry = true
@@ -211,10 +230,39 @@ func ParseReadable(text string, base *Policy) (Readable, error) {
 		case m(reNoAlign) != nil:
 			out.Policy.Align = false
 		case m(reEmail) != nil:
-			out.Notes = append(out.Notes, line+" (bigtables sends no email: watch `bigtables list --disabled`)")
+			// bigtables sends no email itself: the record's disabled event
+			// asks the notifier's consumers to tell the customer.
+			out.Policy.NotifyFinal = true
+		case m(reNote) != nil:
+			out.Policy.Notes = appendUnique(out.Policy.Notes, strings.TrimSpace(reNote.FindStringSubmatch(line)[1]))
+		case m(reSendJob) != nil:
+			// What the worker does: kept for people, shown by explain.
+			out.Policy.Notes = appendUnique(out.Policy.Notes, line)
+		case m(reKindFinal) != nil:
+			kind := reKindFinal.FindStringSubmatch(strings.Join(strings.Fields(line), " "))[1]
+			if err := ValidateKind(kind); err != nil {
+				return out, bad("%v", err)
+			}
+			if out.Policy.OnKind == nil {
+				out.Policy.OnKind = map[string]KindRule{}
+			}
+			out.Policy.OnKind[kind] = KindRule{Final: true}
+		case m(reKindAny) != nil:
+			return out, bad("a failure kind's own strategy is not written as a sentence: give it in --policy, e.g. {\"on_kind\": {\"rate_limited\": {\"strategy\": {\"kind\": \"exponential\"}}}}")
+		case m(reRetryAfter) != nil:
+			d, err := wordsDuration(m(reRetryAfter)[1])
+			if err != nil {
+				return out, bad("%v", err)
+			}
+			out.Policy.MaxRetryAfter = Duration(d)
+			if d == DefaultMaxRetryAfter {
+				out.Policy.MaxRetryAfter = 0 // one spelling for one policy
+			}
+		case reSendEvents.MatchString(line):
+			out.Policy.Notify = reSendEvents.FindStringSubmatch(line)[1]
 		case m(reHeader) != nil:
 		default:
-			return out, bad("not understood; expected sentences such as \"Refresh the model every 2 hours\", \"Allow 1 hour for a response\", \"On the first failure, retry immediately\", \"Panic\"")
+			return out, bad("not understood; expected sentences such as \"Refresh the model every 2 hours\", \"Allow 1 hour for a response\", \"On the first failure, retry immediately\", \"Panic\", \"Mark the record as 'thumbnail creation failed'\", \"Email the customer about the final failure\", or \"Note: ...\" for a sentence to keep as is")
 		}
 	}
 	if sawRetry {
@@ -274,8 +322,12 @@ func plural(n int64, unit string) string {
 
 // Explain writes the schedule's rule (RRULE text, may be "") and the policy
 // as sentences a person can review; for list strategies they read back
-// through ParseReadable into the same policy.
+// through ParseReadable into the same policy. A sentence nested under the
+// one before it starts with two spaces per level ("  Reset attempt_no").
+// The sentences use no internal words: "After the last retry, stop
+// refreshing until a person updates the record", not "Panic".
 func Explain(rule string, p Policy) []string {
+	const sub = "  "
 	var out []string
 	if s := explainRule(rule); s != "" {
 		out = append(out, s)
@@ -298,19 +350,47 @@ func Explain(rule string, p Policy) []string {
 	}
 	switch {
 	case p.OnExhausted == WaitNext && attempts > 0:
-		out = append(out, fmt.Sprintf("On the %s failure:", ordinalName(attempts)), "Reset attempt_no", "Wait until next scheduled refresh")
+		out = append(out, fmt.Sprintf("On the %s failure:", ordinalName(attempts)), sub+"Reset attempt_no", sub+"Wait until next scheduled refresh")
 	case p.OnExhausted == WaitNext:
 		out = append(out, "When the retries run out: Reset attempt_no and wait until next scheduled refresh")
 	case attempts > 0 && st.Kind == KindList && st.Jitter == nil:
-		out = append(out, "Panic")
+		out = append(out, "After the last retry, stop refreshing until a person updates the record")
+	case endless(st):
+		out = append(out, "Retry until give_up_after ends it")
 	default:
-		out = append(out, "When the retries run out, give up: disable refreshing until the record is updated")
+		out = append(out, "When the retries run out, stop refreshing until a person updates the record")
 	}
 	if p.GiveUpAfter > 0 {
 		out = append(out, "Give up after "+HumanDuration(time.Duration(p.GiveUpAfter))+" of unsuccessful refresh attempts")
 	}
+	for _, kind := range p.kindNames() {
+		rule := p.OnKind[kind]
+		if rule.Final || rule.Strategy == nil {
+			out = append(out, fmt.Sprintf("If the worker reports a failure of kind %s, stop refreshing at once until a person updates the record", kind))
+			continue
+		}
+		out = append(out, fmt.Sprintf("If the worker reports a failure of kind %s:", kind), sub+explainStrategy(*rule.Strategy))
+	}
+	if p.MaxRetryAfter > 0 && p.MaxRetryAfter != Duration(DefaultMaxRetryAfter) {
+		out = append(out, "Honour a worker's retry_after up to "+HumanDuration(time.Duration(p.MaxRetryAfter)))
+	}
 	if !p.Align {
 		out = append(out, "Do not align retries with the schedule")
+	}
+	if p.FinalReason != "" || p.NotifyFinal {
+		out = append(out, "When the record is disabled:")
+		if p.FinalReason != "" {
+			out = append(out, sub+`Mark the record as "`+p.FinalReason+`"`)
+		}
+		if p.NotifyFinal {
+			out = append(out, sub+"Email the customer about the final failure")
+		}
+	}
+	if p.Notify != "" {
+		out = append(out, "Send this record's events to "+p.Notify)
+	}
+	for _, n := range p.Notes {
+		out = append(out, "Note: "+n)
 	}
 	return out
 }

@@ -81,8 +81,7 @@ var kinds = []kindSpec{
 	},
 	{
 		name: KindExponential, fields: []string{"initial", "multiplier", "max", "max_attempts", "jitter"},
-		required: []string{"initial", "max_attempts"},
-		example:  "exponential initial=5s multiplier=2 max=300s max_attempts=8",
+		example: "exponential initial=5s multiplier=2 max=300s max_attempts=8",
 		delay: counted(func(s Strategy, k int) float64 {
 			return float64(s.Initial) * math.Pow(s.multiplier(), float64(k-1))
 		}),
@@ -115,11 +114,15 @@ var kinds = []kindSpec{
 	},
 	{
 		name: KindFibonacci, fields: []string{"unit", "max", "max_attempts", "jitter"},
-		required: []string{"unit", "max_attempts"},
+		required: []string{"unit"},
 		example:  "fibonacci unit=1m max_attempts=7",
 		delay:    counted(func(s Strategy, k int) float64 { return float64(s.Unit) * fib(k) }),
 		attempts: maxAttempts,
 		validate: func(s Strategy) error {
+			if s.MaxAttempts == 0 {
+				// No count ends it: the policy requires give_up_after.
+				return positive(s, "unit", s.Unit)
+			}
 			return firstErr(positive(s, "unit", s.Unit), checkMaxAttempts(s))
 		},
 		explain: func(s Strategy) string {
@@ -350,10 +353,11 @@ func firstErr(errs ...error) error {
 }
 
 // counted is the delay of a kind ended by max_attempts: grow(s, k), capped
-// by max.
+// by max. Without max_attempts (fibonacci bounded by give_up_after) no
+// count ends it.
 func counted(grow func(s Strategy, k int) float64) func(Strategy, int, Input) (time.Duration, bool) {
 	return func(s Strategy, k int, _ Input) (time.Duration, bool) {
-		if k >= s.MaxAttempts {
+		if s.MaxAttempts > 0 && k >= s.MaxAttempts {
 			return 0, false
 		}
 		return s.capped(grow(s, k)), true

@@ -20,26 +20,83 @@ type SimOutcome struct {
 	// After is how long the attempt runs before its outcome (not for
 	// timeouts, which end at the deadline); 0 means the simulation's default.
 	After time.Duration
+	// FailureKind is the kind of failure the worker reports (failure and
+	// not_retryable only), e.g. rate_limited.
+	FailureKind string
+	// RetryAfter is the worker's retry_after, relative to the failure;
+	// meaningful when HasRetryAfter.
+	RetryAfter    time.Duration
+	HasRetryAfter bool
 }
 
-// ParseOutcomes reads a comma-separated list such as
-// "failure,failure:10m,timeout,success".
+// String writes the outcome back in ParseOutcomes' form: failure,
+// failure:rate_limited:30s, failure:retry_after=0s.
+func (o SimOutcome) String() string {
+	out := o.Kind
+	if o.FailureKind != "" {
+		out += ":" + o.FailureKind
+		if o.HasRetryAfter {
+			out += ":" + FormatDuration(o.RetryAfter)
+		}
+	} else if o.HasRetryAfter {
+		out += ":retry_after=" + FormatDuration(o.RetryAfter)
+	}
+	return out
+}
+
+// ParseOutcomes reads a comma-separated list of outcomes: success, failure,
+// timeout or not_retryable, each followed by optional colon-separated parts:
+//
+//   - a duration before any kind: how long the attempt runs (failure:10m);
+//   - a word: the failure's kind (failure:rate_limited);
+//   - a duration after the kind: the worker's retry_after
+//     (failure:rate_limited:30s);
+//   - key=value with key after, kind or retry_after, in any order
+//     (failure:retry_after=30s:after=2m).
 func ParseOutcomes(s string) ([]SimOutcome, error) {
 	var out []SimOutcome
 	for _, part := range strings.Split(s, ",") {
-		kind, after, hasAfter := strings.Cut(strings.TrimSpace(part), ":")
-		switch kind {
+		fields := strings.Split(strings.TrimSpace(part), ":")
+		o := SimOutcome{Kind: fields[0]}
+		switch o.Kind {
 		case OutcomeSuccess, OutcomeFailure, OutcomeTimeout, OutcomeNotRetryable:
 		default:
-			return nil, fmt.Errorf("outcome %q: expected success, failure, timeout or not_retryable, optionally with :duration (failure:10m)", part)
+			return nil, fmt.Errorf("outcome %q: expected success, failure, timeout or not_retryable, optionally with :duration (failure:10m), :kind and :retry_after (failure:rate_limited:30s)", part)
 		}
-		o := SimOutcome{Kind: kind}
-		if hasAfter {
-			d, err := ParseDuration(after)
-			if err != nil {
-				return nil, fmt.Errorf("outcome %q: %w", part, err)
+		for _, f := range fields[1:] {
+			key, value, isPair := strings.Cut(f, "=")
+			if !isPair {
+				if _, err := ParseDuration(f); err == nil {
+					key, value = "after", f
+					if o.FailureKind != "" {
+						key = "retry_after"
+					}
+				} else {
+					key, value = "kind", f
+				}
 			}
-			o.After = d
+			switch key {
+			case "after", "retry_after":
+				d, err := ParseDuration(value)
+				if err != nil {
+					return nil, fmt.Errorf("outcome %q: %s: %w", part, key, err)
+				}
+				if key == "after" {
+					o.After = d
+				} else {
+					o.RetryAfter, o.HasRetryAfter = d, true
+				}
+			case "kind":
+				if err := ValidateKind(value); err != nil {
+					return nil, fmt.Errorf("outcome %q: %w", part, err)
+				}
+				o.FailureKind = value
+			default:
+				return nil, fmt.Errorf("outcome %q: %q: expected after=, kind= or retry_after=", part, f)
+			}
+		}
+		if (o.FailureKind != "" || o.HasRetryAfter) && o.Kind != OutcomeFailure && o.Kind != OutcomeNotRetryable {
+			return nil, fmt.Errorf("outcome %q: only a failure has a kind or a retry_after", part)
 		}
 		out = append(out, o)
 	}
@@ -53,6 +110,10 @@ type PlannedAttempt struct {
 	Deadline time.Time `json:"deadline"`
 	End      time.Time `json:"end"`
 	Outcome  string    `json:"outcome"`
+	// FailureKind and RetryAfter are what the simulated worker reported
+	// with its failure ("" and nil when nothing).
+	FailureKind string         `json:"kind,omitempty"`
+	RetryAfter  *time.Duration `json:"-"`
 	// RefreshAt is the refresh_at the outcome leads to (zero: none).
 	RefreshAt time.Time `json:"refresh_at"`
 	Step      Step      `json:"-"`
@@ -121,6 +182,13 @@ func Simulate(r Rules, start time.Time, opt SimOptions) Plan {
 		now := s.RefreshAt
 		s, _ = r.Start(s, now, fmt.Sprintf("sim-%d", i+1))
 		a := PlannedAttempt{No: s.AttemptNo, Start: now, Deadline: s.DeadlineAt, Outcome: o.Kind}
+		if o.Kind == OutcomeFailure || o.Kind == OutcomeNotRetryable {
+			a.FailureKind = o.FailureKind
+			if o.HasRetryAfter {
+				ra := o.RetryAfter
+				a.RetryAfter = &ra
+			}
+		}
 		after := o.After
 		if after == 0 {
 			after = min(opt.Run, timeout/2)
@@ -143,7 +211,11 @@ func Simulate(r Rules, start time.Time, opt SimOptions) Plan {
 			a.Why = a.Step.String()
 		default:
 			a.End = now.Add(after)
-			s, a.Step, _ = r.Fail(s, a.End, ReceivedAt(a.End), uid, Failure{NotRetryable: o.Kind == OutcomeNotRetryable, Draw: opt.Draw()})
+			f := Failure{NotRetryable: o.Kind == OutcomeNotRetryable, Draw: opt.Draw(), Kind: a.FailureKind}
+			if a.RetryAfter != nil {
+				f.RetryAfter = a.End.Add(*a.RetryAfter)
+			}
+			s, a.Step, _ = r.Fail(s, a.End, ReceivedAt(a.End), uid, f)
 			a.Why = a.Step.String()
 		}
 		a.RefreshAt, a.Disabled, a.Reason = s.RefreshAt, s.Disabled, s.DisabledReason
@@ -153,6 +225,21 @@ func Simulate(r Rules, start time.Time, opt SimOptions) Plan {
 
 // String explains the failure branch taken, for plans and logs.
 func (st Step) String() string {
+	out := st.decision()
+	var why []string
+	if st.Kind != "" {
+		why = append(why, "kind "+st.Kind)
+	}
+	if st.FromRetryAfter {
+		why = append(why, "the worker's retry_after")
+	}
+	if len(why) > 0 {
+		out += " [" + strings.Join(why, "; ") + "]"
+	}
+	return out
+}
+
+func (st Step) decision() string {
 	hm := func(t time.Time) string { return t.Format("2006-01-02 15:04:05") }
 	switch st.Decision {
 	case Retry:

@@ -9,6 +9,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/bigtables/bigtables/schedule"
@@ -232,6 +233,15 @@ type Failure struct {
 	// Draw is a uniform random number in [0, 1) for randomized strategies,
 	// drawn by the caller from its (injectable) source.
 	Draw float64
+	// Kind is the kind of failure the worker reported (e.g. rate_limited),
+	// or "": the policy's on_kind may give it a strategy of its own or make
+	// it final.
+	Kind string
+	// RetryAfter, when not zero, is when the worker asked to be retried
+	// (its retry_after, made absolute by the caller): it sets this
+	// failure's delay, up to the policy's max_retry_after, still aligned
+	// with the schedule. It cannot revive exhausted retries.
+	RetryAfter time.Time
 }
 
 // Decision says which branch of the failure transition was taken.
@@ -269,6 +279,12 @@ type Step struct {
 	Decision Decision
 	Delay    time.Duration
 	Planned  time.Time
+	// Kind is the failure's kind when the policy's on_kind has an entry
+	// for it (its strategy, or final), else "".
+	Kind string
+	// FromRetryAfter: the delay is the worker's retry_after (bounded by
+	// max_retry_after), not the strategy's.
+	FromRetryAfter bool
 }
 
 // Fail applies, at now, a worker's failure of the running attempt attemptUID
@@ -301,29 +317,39 @@ func (r Rules) fail(s State, now time.Time, f Failure) (State, Step, error) {
 	s = s.clearAttempt()
 	p := r.Policy
 
-	if f.NotRetryable {
-		return final(s, f.Reason, ""), Step{Decision: NotRetryable}, nil
+	kind := ""
+	if _, ok := p.OnKind[f.Kind]; ok && f.Kind != "" {
+		kind = f.Kind
+	}
+	strategy, kindFinal := p.RuleFor(f.Kind)
+	if f.NotRetryable || kindFinal {
+		return p.final(s, f, ""), Step{Decision: NotRetryable, Kind: kind}, nil
 	}
 	if p.GiveUpAfter > 0 && now.Sub(s.FailingSince) >= time.Duration(p.GiveUpAfter) {
 		why := fmt.Sprintf("Cannot refresh BigTable: no success since %s (gave up after %s)",
 			s.FailingSince.UTC().Format(time.RFC3339), p.GiveUpAfter)
-		return final(s, f.Reason, why), Step{Decision: GaveUp}, nil
+		return p.final(s, f, why), Step{Decision: GaveUp, Kind: kind}, nil
 	}
 	planned := r.Schedule.Next(now)
-	delay, ok := p.RetryStrategy().Delay(Input{
+	delay, ok := strategy.Delay(Input{
 		Failure: s.AttemptNo, FailingFor: now.Sub(s.FailingSince), Previous: s.LastDelay, Draw: f.Draw,
 	})
 	if !ok {
 		if p.OnExhausted == WaitNext && !planned.IsZero() {
 			s.AttemptNo, s.LastDelay = 0, 0
 			s.RefreshAt = planned
-			return s, Step{Decision: WaitingNext, Planned: planned}, nil
+			return s, Step{Decision: WaitingNext, Planned: planned, Kind: kind}, nil
 		}
-		return final(s, f.Reason, ""), Step{Decision: Exhausted, Planned: planned}, nil
+		return p.final(s, f, ""), Step{Decision: Exhausted, Planned: planned, Kind: kind}, nil
 	}
+	step := Step{Planned: planned, Kind: kind}
+	if !f.RetryAfter.IsZero() {
+		delay = min(max(f.RetryAfter.Sub(now), 0), p.RetryAfterCap())
+		step.FromRetryAfter = true
+	}
+	step.Delay = delay
 	s.LastDelay = delay
 	retryAt := now.Add(delay)
-	step := Step{Delay: delay, Planned: planned}
 	switch {
 	case planned.IsZero():
 		s.RefreshAt, step.Decision = retryAt, RetryNoPlan
@@ -338,21 +364,40 @@ func (r Rules) fail(s State, now time.Time, f Failure) (State, Step, error) {
 }
 
 // final disables the record. The reason shown is the worker's user-friendly
-// reason if it gave one, else why, else "Cannot refresh BigTable after N
-// attempt(s)" (docs/design.md, T5).
-func final(s State, workerReason, why string) State {
+// reason if it gave one, else the policy's final_reason, else why, else
+// DefaultFinalReason (docs/design.md, T5).
+func (p Policy) final(s State, f Failure, why string) State {
 	s.RefreshAt = time.Time{}
 	s.DeadlineAt = time.Time{}
 	s.Disabled = true
 	switch {
-	case workerReason != "":
-		s.DisabledReason = workerReason
+	case f.Reason != "":
+		s.DisabledReason = f.Reason
+	case p.FinalReason != "":
+		s.DisabledReason = p.FinalReason
 	case why != "":
 		s.DisabledReason = why
 	default:
-		s.DisabledReason = fmt.Sprintf("Cannot refresh BigTable after %d attempt(s)", s.AttemptNo)
+		s.DisabledReason = DefaultFinalReason(s.AttemptNo, f.Message)
 	}
 	return s
+}
+
+// DefaultFinalReason is the disabled reason when neither the worker nor the
+// policy gives one: the attempt count and the last error, as in "Cannot
+// refresh BigTable after 7 attempts: GET: 503 Service Unavailable" (the last
+// error of a timeout is "timeout"). The error is cut to 300 characters;
+// without one the text ends after the count.
+func DefaultFinalReason(attempts int, lastError string) string {
+	unit := "attempts"
+	if attempts == 1 {
+		unit = "attempt"
+	}
+	out := fmt.Sprintf("Cannot refresh BigTable after %d %s", attempts, unit)
+	if e := strings.TrimSpace(lastError); e != "" {
+		out += ": " + clipText(e, 300)
+	}
+	return out
 }
 
 // Update is the manual save of a record by a person: it re-enables the

@@ -198,18 +198,19 @@ func TestFail(t *testing.T) {
 		{"no planned refresh: after the delay", Rules{nil, policy(time.Minute, mins(0, 1, 5))},
 			running(3, "10:00"), at("10:01"), Failure{}, RetryNoPlan, at("10:06"), 3, ""},
 		{"seventh failed attempt disables", Rules{twiceADay, policy(time.Hour, defaultDelays)},
-			running(7, "08:00"), at("08:30"), Failure{}, Exhausted, time.Time{}, 7, "Cannot refresh BigTable after 7 attempt(s)"},
+			running(7, "08:00"), at("08:30"), Failure{Message: "GET: 503 Service Unavailable"}, Exhausted, time.Time{}, 7,
+			"Cannot refresh BigTable after 7 attempts: GET: 503 Service Unavailable"},
 		{"exhausted uses the worker's reason", Rules{twiceADay, policy(time.Hour, defaultDelays)},
 			running(7, "08:00"), at("08:30"), Failure{Reason: "Upstream is gone"}, Exhausted, time.Time{}, 7, "Upstream is gone"},
 		{"not retryable is final at once", Rules{twiceADay, policy(time.Hour, defaultDelays)},
 			running(1, "06:00"), at("06:01"), Failure{NotRetryable: true, Reason: "Provided URL is invalid: https://example.com/broken"},
 			NotRetryable, time.Time{}, 1, "Provided URL is invalid: https://example.com/broken"},
 		{"not retryable without reason", Rules{twiceADay, policy(time.Hour, defaultDelays)},
-			running(2, "06:00"), at("06:01"), Failure{NotRetryable: true}, NotRetryable, time.Time{}, 2, "Cannot refresh BigTable after 2 attempt(s)"},
+			running(2, "06:00"), at("06:01"), Failure{NotRetryable: true}, NotRetryable, time.Time{}, 2, "Cannot refresh BigTable after 2 attempts"},
 		{"wait_next: reset and wait for the planned refresh", Rules{twiceADay, waitNext},
 			running(7, "08:00"), at("08:30"), Failure{}, WaitingNext, at("16:00"), 0, ""},
 		{"wait_next without a plan is final", Rules{nil, waitNext},
-			running(7, "08:00"), at("08:30"), Failure{}, Exhausted, time.Time{}, 7, "Cannot refresh BigTable after 7 attempt(s)"},
+			running(7, "08:00"), at("08:30"), Failure{}, Exhausted, time.Time{}, 7, "Cannot refresh BigTable after 7 attempts"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -299,7 +300,7 @@ func TestSeedScenarios(t *testing.T) {
 		if got := strings.Join(log, " "); got != want {
 			t.Errorf("timeline:\n got %s\nwant %s", got, want)
 		}
-		if !s.Disabled || s.DisabledReason != "Cannot refresh BigTable after 4 attempt(s)" {
+		if !s.Disabled || s.DisabledReason != "Cannot refresh BigTable after 4 attempts: boom" {
 			t.Errorf("final state %+v", s)
 		}
 	})
@@ -314,7 +315,7 @@ func TestSeedScenarios(t *testing.T) {
 		if got := strings.Join(log, " "); got != want {
 			t.Errorf("timeline:\n got %s\nwant %s", got, want)
 		}
-		if !s.Disabled || s.RefreshAt != (time.Time{}) || s.DisabledReason != "Cannot refresh BigTable after 7 attempt(s)" {
+		if !s.Disabled || s.RefreshAt != (time.Time{}) || s.DisabledReason != "Cannot refresh BigTable after 7 attempts: boom" {
 			t.Errorf("final state %+v", s)
 		}
 		// A person saves the record: enabled again, refresh now.

@@ -90,6 +90,35 @@ type Strategy struct {
 	MaxRetry *int    `json:"max_retry,omitempty"` // safely family: retries, so max_retry+1 attempts in all
 }
 
+// The exponential strategy's defaults for fields left out: 5 attempts, 5 s
+// initial delay, multiplier 2, capped at 300 s.
+const (
+	DefaultExpMaxAttempts = 5
+	DefaultExpInitial     = Duration(5 * time.Second)
+	DefaultExpMax         = Duration(300 * time.Second)
+)
+
+// withDefaults fills the fields a kind defaults when they are left out
+// (exponential: DefaultExpMaxAttempts, DefaultExpInitial, multiplier 2,
+// DefaultExpMax unless initial is longer), so the stored policy says them.
+func (s Strategy) withDefaults() Strategy {
+	if s.Kind == KindExponential {
+		if s.Initial == 0 {
+			s.Initial = DefaultExpInitial
+		}
+		if s.MaxAttempts == 0 {
+			s.MaxAttempts = DefaultExpMaxAttempts
+		}
+		if s.Multiplier == 0 {
+			s.Multiplier = 2
+		}
+		if s.Max == 0 && s.Initial <= DefaultExpMax {
+			s.Max = DefaultExpMax // a longer initial delay keeps no cap rather than a cap below it
+		}
+	}
+	return s
+}
+
 // Input is what a strategy may use to answer.
 type Input struct {
 	// Failure is the number of the attempt that failed: 1 for the first
@@ -348,6 +377,7 @@ func ParseStrategy(text string) (Strategy, error) {
 	if err := dec.Decode(&s); err != nil {
 		return Strategy{}, fmt.Errorf("%w: strategy: %s", ErrInvalidPolicy, strings.TrimPrefix(err.Error(), "json: "))
 	}
+	s = s.withDefaults()
 	if err := s.Validate(); err != nil {
 		return Strategy{}, err
 	}

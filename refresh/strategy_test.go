@@ -205,8 +205,8 @@ func TestRandomizedBounds(t *testing.T) {
 func TestStrategyValidation(t *testing.T) {
 	bad := []struct{ in, want string }{
 		{"zigzag", `kind "zigzag": expected one of`},
-		{"exponential initial=5s", "max_attempts 0: expected 1 to 1000"},
-		{"exponential max_attempts=3", "initial 0s: expected more than 0s"},
+		{"exponential initial=5s max_attempts=1001", "max_attempts 1001: expected 1 to 1000"},
+		{"fibonacci max_attempts=3", "unit 0s: expected more than 0s"},
 		{"exponential initial=5s max_attempts=3 multiplier=0.5", "multiplier 0.5: expected 1 to 100"},
 		{"exponential initial=5s max_attempts=3 ms=4", "field ms does not apply"},
 		{"list delays=1m jitter=wobbly", `jitter.kind "wobbly"`},
@@ -283,7 +283,7 @@ func TestStrategiesInTheStateMachine(t *testing.T) {
 		if got := strings.Join(decisions, ","); got != "retry_no_plan,retry_no_plan,exhausted" {
 			t.Errorf("%s: %s; want two retries then exhausted", text, got)
 		}
-		if s.DisabledReason != "Cannot refresh BigTable after 3 attempt(s)" {
+		if s.DisabledReason != "Cannot refresh BigTable after 3 attempts" {
 			t.Errorf("%s: reason %q", text, s.DisabledReason)
 		}
 	}

@@ -92,7 +92,7 @@ func TestPlanTick(t *testing.T) {
 			if p.timedOut != 1 || p.disabled != 1 || len(p.starts) != 0 || !p.save[0].Disabled {
 				t.Errorf("plan %+v; want the record disabled", p)
 			}
-			want := store.Event{Type: store.EventDisabled, UID: "last", At: t0, Reason: "Cannot refresh BigTable after 1 attempt(s)",
+			want := store.Event{Type: store.EventDisabled, UID: "last", At: t0, Reason: "Cannot refresh BigTable after 1 attempt: timeout",
 				Attempts: 1, FailingSince: t0.Add(-2 * time.Minute)}
 			if len(p.events) != 1 || !reflect.DeepEqual(p.events[0], want) {
 				t.Errorf("events %+v; want %+v", p.events, want)

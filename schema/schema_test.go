@@ -47,9 +47,13 @@ func TestPolicySchemaMatchesTheCode(t *testing.T) {
 		"linear initial=5s max_attempts=5", "fibonacci unit=1m max_attempts=7", "progressive", "progressive bands=1h:1m,2h:10m",
 		"fix ms=3000 max_retry=3", "random-range min_ms=2000 max_ms=5000 max_retry=3", "random base_ms=3000 pct=0.5 max_retry=3",
 		"random-exp-backoff base_ms=3000 pct=0.5 max_ms=240000 max_retry=3", "rand-cycle cycle_ms=1000,2000 pct=0.1 max_retry=0",
-		"exponential initial=5s max=1m max_attempts=9 jitter=decorrelated",
+		"exponential initial=5s max=1m max_attempts=9 jitter=decorrelated", "exponential",
 	}
-	docs := []string{string(refresh.DefaultPolicy().JSON())}
+	docs := []string{string(refresh.DefaultPolicy().JSON()),
+		`{"retries":[0,"1m"],"final_reason":"thumbnail creation failed","notify":"https://hooks.example.com/x","notify_final":true,` +
+			`"notes":["Send a request to the thumbnailer service"],"max_retry_after":"1h",` +
+			`"on_kind":{"bad_input":"final","rate_limited":{"strategy":{"kind":"exponential"}}}}`,
+		`{"strategy":{"kind":"fibonacci","unit":"1m"},"give_up_after":"1 week"}`}
 	for _, text := range strategies {
 		st, err := refresh.ParseStrategy(text)
 		if err != nil {
@@ -77,6 +81,16 @@ func TestPolicySchemaMatchesTheCode(t *testing.T) {
 		`{"strategy":{"kind":"exponential","initial":"5s","max_attempts":3,"ms":4}}`,
 		`{"strategy":{"kind":"list","delays":["1m"],"jitter":{"kind":"wobbly"}}}`,
 		`{"timeout":60}`,
+		`{"retries":[5]}`,
+		`{"notify":"ftp://example.com/"}`,
+		`{"notify":"https://user:pw@example.com/"}`,
+		`{"notify_final":"yes"}`,
+		`{"on_kind":{"bad_input":"never"}}`,
+		`{"on_kind":{"bad input":"final"}}`,
+		`{"on_kind":{"x":{"retries":["1m"]}}}`,
+		`{"on_kind":{"x":{"strategy":{"kind":"fix","ms":1}}}}`,
+		`{"final_reason":7}`,
+		`{"notes":"one"}`,
 	} {
 		if err := valid(t, s, doc); err == nil {
 			t.Errorf("schema accepts %s", doc)
@@ -103,6 +117,8 @@ func TestWireSchemasMatchTheCode(t *testing.T) {
 		{BigTableUID: "b", AttemptUID: "c", Type: protocol.Success},
 		{BigTableUID: "b", AttemptUID: "c", Type: protocol.Failure, Message: "500", Retryable: &no, UserFriendlyReason: "Provided URL is invalid: x"},
 		{BigTableUID: "b", AttemptUID: "c", Type: protocol.Status, Message: "50%"},
+		{BigTableUID: "b", AttemptUID: "c", Type: protocol.Failure, Message: "GET: 429", Kind: "rate_limited", RetryAfter: protocol.RetryAfterSeconds(30)},
+		{BigTableUID: "b", AttemptUID: "c", Type: protocol.Failure, Kind: "upstream_5xx", RetryAfter: protocol.RetryAfterAt(time.Now())},
 	}
 	for _, r := range good {
 		if err := valid(t, res, string(r.Encode())); err != nil {
@@ -117,6 +133,15 @@ func TestWireSchemasMatchTheCode(t *testing.T) {
 		`{"big_table_uid":"b","refresh_attempt_uid":"c","type":"success","retryable":false}`,
 		`{"big_table_uid":"","refresh_attempt_uid":"c","type":"success"}`,
 		`{"big_table_uid":"b","refresh_attempt_uid":"c","type":"failure","retryable":"no"}`,
+		`{"big_table_uid":"b","refresh_attempt_uid":"c","type":"failure","kind":"rate_limited","retry_after":0.5}`,
+		`{"big_table_uid":"b","refresh_attempt_uid":"c","type":"failure","retry_after":"2024-03-04T06:00:00Z"}`,
+		`{"big_table_uid":"b","refresh_attempt_uid":"c","type":"failure","retry_after":-1}`,
+		`{"big_table_uid":"b","refresh_attempt_uid":"c","type":"failure","retry_after":"soon"}`,
+		`{"big_table_uid":"b","refresh_attempt_uid":"c","type":"failure","retry_after":[]}`,
+		`{"big_table_uid":"b","refresh_attempt_uid":"c","type":"failure","kind":"rate limited"}`,
+		`{"big_table_uid":"b","refresh_attempt_uid":"c","type":"failure","kind":"a\u0007b"}`,
+		`{"big_table_uid":"b","refresh_attempt_uid":"c","type":"success","kind":"x"}`,
+		`{"big_table_uid":"b","refresh_attempt_uid":"c","type":"user_friendly_status","retry_after":1}`,
 	} {
 		_, decodeErr := protocol.DecodeResult([]byte(doc), 0)
 		schemaErr := valid(t, res, doc)

@@ -67,7 +67,8 @@ What the four records show (the worker is scripts/demo-worker.sh; no URL is fetc
   demo-flaky    fails about 2 times in 3: retries after 1 s, 2 s, 4 s (attempt_no climbs),
                 and a success or the next 15 s occurrence resets it.
   demo-failing  always fails: retried at once, after 1 s, after 3 s, then disabled
-                ("Cannot refresh BigTable after 4 attempt(s)"); no schedule, so it stays so.
+                ("Cannot refresh BigTable after 4 attempts: upstream answered 500 for
+                http://example.com/failing"); no schedule, so it stays so.
   demo-slow     never answers: each attempt times out after 2 s, one retry after 1 s,
                 then disabled; the worker's late answers are discarded as stale.
 Look at the log lines' uid=, attempt_no=, decision= and refresh_at=, and in another terminal:

@@ -10,17 +10,75 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/bigtables/bigtables/protocol"
 )
 
+// Failure kinds the reference handler reports (a policy's on_kind may route
+// them; docs/protocol.md, "Failure kinds").
+const (
+	KindRateLimited = "rate_limited" // HTTP 429
+	KindUpstream5xx = "upstream_5xx" // HTTP 5xx
+	KindGone        = "gone"         // HTTP 404 or 410: not retryable
+	KindBadInput    = "bad_input"    // the input_url cannot be requested at all: not retryable
+	KindNetwork     = "network"      // no HTTP answer (DNS, connection refused or reset)
+)
+
+// KindError is a failure of a named kind, optionally with the delay the
+// upstream asked for (HTTP Retry-After): the worker sends them as the
+// result's kind and retry_after.
+type KindError struct {
+	Kind       string
+	RetryAfter *protocol.RetryAfter
+	Err        error
+}
+
+func (e *KindError) Error() string {
+	if e.Err == nil {
+		return e.Kind
+	}
+	return e.Err.Error()
+}
+
+func (e *KindError) Unwrap() error { return e.Err }
+
+// Kinded wraps err as a failure of kind, with retryAfter (nil: none).
+// It composes with Permanent: Kinded("gone", nil, Permanent(reason, err)).
+func Kinded(kind string, retryAfter *protocol.RetryAfter, err error) error {
+	return &KindError{Kind: kind, RetryAfter: retryAfter, Err: err}
+}
+
+// ParseRetryAfter reads an HTTP Retry-After header: delay-seconds or an
+// HTTP date (RFC 9110, 10.2.3). It returns nil when the header is absent or
+// unreadable.
+func ParseRetryAfter(h string) *protocol.RetryAfter {
+	h = strings.TrimSpace(h)
+	if h == "" {
+		return nil
+	}
+	if n, err := strconv.ParseInt(h, 10, 64); err == nil {
+		if n < 0 || n > protocol.MaxRetryAfterSeconds {
+			return nil
+		}
+		return protocol.RetryAfterSeconds(float64(n))
+	}
+	if t, err := http.ParseTime(h); err == nil {
+		return protocol.RetryAfterAt(t)
+	}
+	return nil
+}
+
 // HTTPGet returns the reference handler: GET the job's input_url. A 2xx
-// answer is a success; 404 and 410 are failures that are not retryable, with
-// the reason "Provided URL is invalid: <url>"; anything else (other statuses,
-// network errors, the deadline) is a retryable failure. The body is read and
-// discarded, up to 64 MiB.
+// answer is a success. Failures carry a kind: 404 and 410 are gone, not
+// retryable, with the reason "Provided URL is invalid: <url>"; 429 is
+// rate_limited and 5xx upstream_5xx, both with the answer's Retry-After as
+// retry_after when it has one; a URL that cannot be requested is bad_input,
+// not retryable; no answer at all is network. Anything else (other
+// statuses, the deadline) is a retryable failure without a kind. The body is
+// read and discarded, up to 64 MiB.
 func HTTPGet(client *http.Client) Handler {
 	if client == nil {
 		client = http.DefaultClient
@@ -28,7 +86,7 @@ func HTTPGet(client *http.Client) Handler {
 	return func(ctx context.Context, job protocol.Job) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, job.InputURL, nil)
 		if err != nil {
-			return Permanent("Provided URL is invalid: "+job.InputURL, err)
+			return Kinded(KindBadInput, nil, Permanent("Provided URL is invalid: "+job.InputURL, err))
 		}
 		resp, err := client.Do(req)
 		if err != nil {
@@ -36,15 +94,24 @@ func HTTPGet(client *http.Client) Handler {
 			if errors.As(err, &ue) {
 				err = ue.Err // its text repeats the method and URL
 			}
-			return fmt.Errorf("GET %s: %w", job.InputURL, err)
+			err = fmt.Errorf("GET %s: %w", job.InputURL, err)
+			if ctx.Err() != nil {
+				return err // the deadline or a cancellation: not the upstream's doing
+			}
+			return Kinded(KindNetwork, nil, err)
 		}
 		defer resp.Body.Close()
 		_, copyErr := io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<20))
-		switch {
-		case resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusGone:
-			return Permanent("Provided URL is invalid: "+job.InputURL, fmt.Errorf("GET %s: %s", job.InputURL, resp.Status))
-		case resp.StatusCode < 200 || resp.StatusCode > 299:
-			return fmt.Errorf("GET %s: %s", job.InputURL, resp.Status)
+		status := fmt.Errorf("GET %s: %s", job.InputURL, resp.Status)
+		switch code := resp.StatusCode; {
+		case code == http.StatusNotFound || code == http.StatusGone:
+			return Kinded(KindGone, nil, Permanent("Provided URL is invalid: "+job.InputURL, status))
+		case code == http.StatusTooManyRequests:
+			return Kinded(KindRateLimited, ParseRetryAfter(resp.Header.Get("Retry-After")), status)
+		case code >= 500 && code <= 599:
+			return Kinded(KindUpstream5xx, ParseRetryAfter(resp.Header.Get("Retry-After")), status)
+		case code < 200 || code > 299:
+			return status
 		case copyErr != nil:
 			return fmt.Errorf("GET %s: read body: %w", job.InputURL, copyErr)
 		}

@@ -13,7 +13,10 @@
 //		})
 //
 // Return Permanent(reason, err) for a failure retrying cannot fix: the record
-// is disabled at once and reason is shown to the customer.
+// is disabled at once and reason is shown to the customer. Return
+// Kinded(kind, retryAfter, err) to name the failure's kind (rate_limited,
+// upstream_5xx, ...) and the delay the upstream asked for: the record's
+// policy may route kinds (on_kind) and retry_after sets the delay.
 //
 // Jobs whose deadline has passed, or whose attempt was cancelled, are dropped
 // without calling the handler. A final result is pushed at most once per
@@ -27,9 +30,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/bigtables/bigtables/internal/wait"
 	"github.com/bigtables/bigtables/protocol"
@@ -290,9 +296,30 @@ func Handle(ctx context.Context, opts Options, job protocol.Job, h Handler) {
 			no := false
 			res.Retryable, res.UserFriendlyReason = &no, perm.Reason
 		}
+		var kinded *KindError
+		if errors.As(err, &kinded) {
+			res.Kind, res.RetryAfter = protocolKind(kinded.Kind), kinded.RetryAfter
+		}
 	}
 	log.Debug("job done", "uid", job.BigTableUID, "attempt_no", job.AttemptNo, "type", res.Type, "message", res.Message)
 	push(ctx, opts, job, res)
+}
+
+// protocolKind makes a handler's kind one the protocol accepts (at most
+// protocol.MaxKindLen bytes, no spaces or control characters), so a
+// careless kind never sends the failure to the dead-letter list.
+func protocolKind(kind string) string {
+	kind = strings.Map(func(r rune) rune {
+		if unicode.IsSpace(r) || !unicode.IsPrint(r) {
+			return '_'
+		}
+		return r
+	}, kind)
+	for len(kind) > protocol.MaxKindLen {
+		_, size := utf8.DecodeLastRuneInString(kind)
+		kind = kind[:len(kind)-size]
+	}
+	return kind
 }
 
 // skip reports whether the job can no longer count, and says why.

@@ -44,23 +44,44 @@ func TestHTTPGet(t *testing.T) {
 			}
 		case "/broken":
 			w.WriteHeader(http.StatusInternalServerError)
+		case "/limited":
+			w.Header().Set("Retry-After", "30")
+			w.WriteHeader(http.StatusTooManyRequests)
+		case "/limited-until":
+			w.Header().Set("Retry-After", "Wed, 21 Oct 2015 07:28:00 GMT")
+			w.WriteHeader(http.StatusTooManyRequests)
+		case "/limited-bare":
+			w.WriteHeader(http.StatusTooManyRequests)
+		case "/unavailable":
+			w.Header().Set("Retry-After", "120")
+			w.WriteHeader(http.StatusServiceUnavailable)
+		case "/teapot":
+			w.WriteHeader(http.StatusTeapot)
 		default:
 			http.NotFound(w, r)
 		}
 	}))
 	defer srv.Close()
 	h := worker.HTTPGet(srv.Client())
+	at := time.Date(2015, 10, 21, 7, 28, 0, 0, time.UTC)
 	tests := []struct {
-		path      string
-		timeout   time.Duration
-		wantErr   string // "" for success
-		permanent bool
+		path       string
+		timeout    time.Duration
+		wantErr    string // "" for success
+		permanent  bool
+		kind       string
+		retryAfter *protocol.RetryAfter
 	}{
-		{"/ok", time.Minute, "", false},
-		{"/missing", time.Minute, "404 Not Found", true},
-		{"/gone", time.Minute, "410 Gone", true},
-		{"/broken", time.Minute, "500 Internal Server Error", false},
-		{"/slow", 200 * time.Millisecond, "context deadline exceeded", false},
+		{"/ok", time.Minute, "", false, "", nil},
+		{"/missing", time.Minute, "404 Not Found", true, "gone", nil},
+		{"/gone", time.Minute, "410 Gone", true, "gone", nil},
+		{"/broken", time.Minute, "500 Internal Server Error", false, "upstream_5xx", nil},
+		{"/unavailable", time.Minute, "503 Service Unavailable", false, "upstream_5xx", protocol.RetryAfterSeconds(120)},
+		{"/limited", time.Minute, "429 Too Many Requests", false, "rate_limited", protocol.RetryAfterSeconds(30)},
+		{"/limited-until", time.Minute, "429 Too Many Requests", false, "rate_limited", protocol.RetryAfterAt(at)},
+		{"/limited-bare", time.Minute, "429 Too Many Requests", false, "rate_limited", nil},
+		{"/teapot", time.Minute, "418", false, "", nil},
+		{"/slow", 200 * time.Millisecond, "context deadline exceeded", false, "", nil},
 	}
 	for _, tt := range tests {
 		j := job(srv.URL+tt.path, tt.timeout)
@@ -79,6 +100,41 @@ func TestHTTPGet(t *testing.T) {
 		}
 		if tt.permanent && perm.Reason != "Provided URL is invalid: "+j.InputURL {
 			t.Errorf("%s: reason %q", tt.path, perm.Reason)
+		}
+		var kinded *worker.KindError
+		gotKind, gotRA := "", (*protocol.RetryAfter)(nil)
+		if errors.As(err, &kinded) {
+			gotKind, gotRA = kinded.Kind, kinded.RetryAfter
+		}
+		if gotKind != tt.kind || (gotRA == nil) != (tt.retryAfter == nil) || gotRA != nil && *gotRA != *tt.retryAfter {
+			t.Errorf("%s: kind %q retry_after %+v; want %q %+v", tt.path, gotKind, gotRA, tt.kind, tt.retryAfter)
+		}
+	}
+	// No answer at all is a network failure; a URL that cannot be requested is bad input.
+	j := job("http://127.0.0.1:1/", time.Minute)
+	var kinded *worker.KindError
+	if err := h(context.Background(), j); !errors.As(err, &kinded) || kinded.Kind != "network" {
+		t.Errorf("refused connection: %v; want kind network", err)
+	}
+	j = job("http://exa mple.com/\x00", time.Minute)
+	var perm *worker.PermanentError
+	if err := h(context.Background(), j); !errors.As(err, &kinded) || kinded.Kind != "bad_input" || !errors.As(err, &perm) {
+		t.Errorf("unrequestable URL: %v; want kind bad_input, not retryable", err)
+	}
+}
+
+func TestParseRetryAfter(t *testing.T) {
+	for in, want := range map[string]*protocol.RetryAfter{
+		"":                              nil,
+		"0":                             protocol.RetryAfterSeconds(0),
+		" 45 ":                          protocol.RetryAfterSeconds(45),
+		"-3":                            nil,
+		"soon":                          nil,
+		"Sun, 06 Nov 1994 08:49:37 GMT": protocol.RetryAfterAt(time.Date(1994, 11, 6, 8, 49, 37, 0, time.UTC)),
+	} {
+		got := worker.ParseRetryAfter(in)
+		if (got == nil) != (want == nil) || got != nil && *got != *want {
+			t.Errorf("ParseRetryAfter(%q) = %+v; want %+v", in, got, want)
 		}
 	}
 }
@@ -114,7 +170,7 @@ func TestRunHandlesJobsAndStopsGracefully(t *testing.T) {
 	_, rdb, names := testsvc.Redis(t)
 	q := queue.New(rdb, names)
 	ctx := context.Background()
-	for _, uid := range []string{"ok", "fail", "perm", "panic"} {
+	for _, uid := range []string{"ok", "fail", "perm", "panic", "limited"} {
 		j := job("http://example.com/"+uid, time.Minute)
 		j.BigTableUID, j.AttemptUID = uid, "c1-"+uid
 		if err := q.PushJobs(ctx, [][]byte{j.Encode()}); err != nil {
@@ -140,15 +196,17 @@ func TestRunHandlesJobsAndStopsGracefully(t *testing.T) {
 					return worker.Permanent("Provided URL is invalid", nil)
 				case "panic":
 					panic("oops")
+				case "limited":
+					return worker.Kinded("rate limited\t"+strings.Repeat("x", 80), protocol.RetryAfterSeconds(30), errors.New("GET: 429"))
 				}
 				return nil
 			})
 	}()
-	// 4 jobs: 4 statuses and 4 results.
+	// 5 jobs: 5 statuses and 5 results.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		n, _ := rdb.LLen(ctx, names.Output).Result()
-		if n >= 8 || time.Now().After(deadline) {
+		if n >= 10 || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -176,13 +234,17 @@ func TestRunHandlesJobsAndStopsGracefully(t *testing.T) {
 		}
 		got[res.BigTableUID] = res
 	}
-	if statuses != 4 || len(got) != 4 {
+	if statuses != 5 || len(got) != 5 {
 		t.Fatalf("%d statuses and %d results: %v", statuses, len(got), raw)
 	}
 	if got["ok"].Type != protocol.Success || got["fail"].Type != protocol.Failure || got["fail"].Message != "upstream 500" ||
 		!got["perm"].NotRetryable() || got["perm"].UserFriendlyReason != "Provided URL is invalid" ||
 		got["panic"].Type != protocol.Failure || !strings.Contains(got["panic"].Message, "panicked") {
 		t.Errorf("results %+v", got)
+	}
+	// A kind the protocol would refuse is made acceptable, not dead-lettered.
+	if l := got["limited"]; l.Kind != "rate_limited_"+strings.Repeat("x", 51) || l.RetryAfter == nil || l.RetryAfter.Seconds != 30 || l.Message != "GET: 429" {
+		t.Errorf("kinded failure %+v", l)
 	}
 	if got["ok"].AttemptUID != "c1-ok" {
 		t.Errorf("attempt uid not echoed: %+v", got["ok"])

@@ -15,6 +15,14 @@ process.on("SIGINT", () => { stopping = true; });
 
 const say = (job, what) => console.log(`job ${job.big_table_uid} attempt ${job.attempt_no}: ${what}`);
 
+// An HTTP Retry-After (seconds or a date) as the result's retry_after.
+function retryAfter(header) {
+  if (!header) return undefined;
+  if (/^\s*\d+\s*$/.test(header)) return Number(header); // seconds
+  const at = Date.parse(header);
+  return Number.isNaN(at) ? undefined : new Date(at).toISOString(); // RFC 3339
+}
+
 async function refresh(job) {
   const remaining = Date.parse(job.deadline_at) - Date.now();
   // Drop, without work, a job that can no longer count: a result after the
@@ -33,8 +41,12 @@ async function refresh(job) {
       result.type = "failure";
       result.message = `GET ${job.input_url}: ${resp.status} ${resp.statusText}`;
       if (resp.status === 404 || resp.status === 410) { // retrying cannot help
-        result.retryable = false;
+        Object.assign(result, { kind: "gone", retryable: false });
         result.user_friendly_reason = `Provided URL is invalid: ${job.input_url}`;
+      } else if (resp.status === 429 || resp.status >= 500) { // a kind the policy may route (on_kind)
+        result.kind = resp.status === 429 ? "rate_limited" : "upstream_5xx";
+        const after = retryAfter(resp.headers.get("retry-after"));
+        if (after !== undefined) result.retry_after = after; // sets this failure's delay
       }
     }
   } catch (err) { // network errors, the deadline: retried by the policy

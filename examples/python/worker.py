@@ -12,6 +12,7 @@ import signal
 import urllib.error
 import urllib.request
 from datetime import datetime, timezone
+from email.utils import parsedate_to_datetime
 
 import redis
 
@@ -36,6 +37,16 @@ def say(job, what):
     print(f"job {job['big_table_uid']} attempt {job['attempt_no']}: {what}", flush=True)
 
 
+def retry_after(header):
+    """An HTTP Retry-After (seconds or a date) as the result's retry_after."""
+    if header and header.strip().isdigit():
+        return int(header)  # seconds
+    try:
+        return parsedate_to_datetime(header).astimezone(timezone.utc).isoformat()  # RFC 3339
+    except (TypeError, ValueError):  # absent or unreadable
+        return None
+
+
 def refresh(job):
     """Returns the result for one job, or None if it was skipped."""
     deadline = datetime.fromisoformat(job["deadline_at"].replace("Z", "+00:00"))
@@ -56,8 +67,13 @@ def refresh(job):
         result["type"] = "failure"
         result["message"] = f"GET {url}: {e.code} {e.reason}"
         if e.code in (404, 410):  # retrying cannot help: disable the record now
-            result["retryable"] = False
+            result["kind"], result["retryable"] = "gone", False
             result["user_friendly_reason"] = f"Provided URL is invalid: {url}"
+        elif e.code == 429 or e.code >= 500:  # a kind the policy may route (on_kind)
+            result["kind"] = "rate_limited" if e.code == 429 else "upstream_5xx"
+            after = retry_after(e.headers.get("Retry-After"))
+            if after is not None:
+                result["retry_after"] = after  # sets this failure's delay
     except Exception as e:  # network errors, timeouts: retried by the policy
         result["type"] = "failure"
         result["message"] = f"GET {url}: {e}"

@@ -13,7 +13,7 @@ say() { echo "job $(printf '%s' "$job" | jq -r '"\(.big_table_uid) attempt \(.at
 
 stopping=0
 trap 'stopping=1' TERM INT
-tmp=$(mktemp) && trap 'rm -f "$tmp"' EXIT
+tmp=$(mktemp) && hdr=$(mktemp) && trap 'rm -f "$tmp" "$hdr"' EXIT
 # The URL with its password hidden.
 echo "worker: input $input, output $output, redis $(printf '%s' "$redis_url" | sed -E 's#//([^:/@]*):[^@/]*@#//\1:xxxxx@#')"
 
@@ -33,15 +33,21 @@ while [ "$stopping" = 0 ]; do
 
   # In the background, where a Ctrl-C (SIGINT) does not reach it; wait again
   # when a signal interrupts the wait: the job in hand is finished.
-  curl -s -o /dev/null -w '%{http_code}' --max-time "$remaining" "$url" >"$tmp" &
+  curl -s -o /dev/null -D "$hdr" -w '%{http_code}' --max-time "$remaining" "$url" >"$tmp" &
   while wait $!; status=$?; [ "$status" -gt 128 ] && kill -0 $! 2>/dev/null; do :; done
   code=$(cat "$tmp")
   if [ "$status" = 0 ] && [ "$code" -ge 200 ] && [ "$code" -lt 300 ]; then
     result=$(printf '%s' "$job" | jq -c '{big_table_uid, refresh_attempt_uid, type: "success"}')
   elif [ "$code" = 404 ] || [ "$code" = 410 ]; then # retrying cannot help
     result=$(printf '%s' "$job" | jq -c --arg code "$code" '{big_table_uid, refresh_attempt_uid, type: "failure",
-      message: ("GET " + .input_url + ": " + $code), retryable: false,
+      message: ("GET " + .input_url + ": " + $code), kind: "gone", retryable: false,
       user_friendly_reason: ("Provided URL is invalid: " + .input_url)}')
+  elif [ "$code" = 429 ] || [ "${code:-0}" -ge 500 ]; then # a kind the policy may route; Retry-After in seconds sets the delay
+    kind=upstream_5xx; [ "$code" = 429 ] && kind=rate_limited
+    after=$(tr -d '\r' <"$hdr" | sed -n 's/^[Rr]etry-[Aa]fter: *\([0-9][0-9]*\) *$/\1/p' | tail -n 1)
+    result=$(printf '%s' "$job" | jq -c --arg code "$code" --arg kind "$kind" --arg after "$after" '{big_table_uid,
+      refresh_attempt_uid, type: "failure", message: ("GET " + .input_url + ": " + $code), kind: $kind}
+      + (if $after == "" then {} else {retry_after: ($after | tonumber)} end)')
   else # server errors, network errors, the deadline: retried by the policy
     result=$(printf '%s' "$job" | jq -c --arg code "$code" --arg status "$status" '{big_table_uid, refresh_attempt_uid,
       type: "failure", message: ("GET " + .input_url + ": HTTP " + $code + ", curl exit " + $status)}')
