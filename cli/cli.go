@@ -18,6 +18,7 @@
 //	scheduler     run the scheduler until SIGINT/SIGTERM
 //	poller        run the poller until SIGINT/SIGTERM
 //	worker        run the reference worker until SIGINT/SIGTERM
+//	web           serve the dashboard until SIGINT/SIGTERM
 //	worker-check  check that a worker in any language keeps the protocol
 //	bench         measure throughput, latency, scaling and memory
 //	chaos         the fault run
@@ -25,7 +26,7 @@
 //	version       print the module version and VCS revision (also --version)
 //	completion    print a bash or zsh completion script
 //
-// The three long-running processes (scheduler, poller, worker) wait for
+// The long-running processes (scheduler, poller, worker, web) wait for
 // PostgreSQL and Redis at start, retrying with backoff, so the order in
 // which a service manager starts things does not matter; the other
 // commands fail at once. cmd/bigtables only calls Main.
@@ -81,6 +82,7 @@ var commands = []command{
 	{"scheduler", "run the scheduler until SIGINT/SIGTERM", runScheduler},
 	{"poller", "run the poller until SIGINT/SIGTERM", runPoller},
 	{"worker", "run the reference worker until SIGINT/SIGTERM", runWorker},
+	{"web", "serve the dashboard until SIGINT/SIGTERM: overview, records, dead letters, actions", runWeb},
 	{"worker-check", "check that a worker in any language keeps the protocol", runWorkerCheck},
 	{"bench", "measure throughput, latency, scaling and memory against local services", runBench},
 	{"chaos", "the fault run: kill processes, restart Redis, misbehave, then check invariants", runChaos},
