@@ -127,7 +127,7 @@ func TestReadOnlyRefusesActions(t *testing.T) {
 		t.Error("a read-only dashboard shows action buttons")
 	}
 	code, body, _ := c.post("/actions/delete", url.Values{"csrf": {csrf}, "uid": {"retrying"}})
-	if code != http.StatusForbidden || !strings.Contains(body, "read-only") {
+	if code != http.StatusForbidden || !strings.Contains(body, "The dashboard is read-only: start it with") {
 		t.Errorf("delete on a read-only dashboard: %d", code)
 	}
 	code, _, _ = c.post("/login", url.Values{"csrf": {csrf}, "token": {""}})
