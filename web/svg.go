@@ -32,7 +32,7 @@ var activitySeries = []series{
 
 // activityChart draws the attempts per minute as one line per outcome.
 func activityChart(mins []store.MinuteCounts) template.HTML {
-	const w, h, left, right, top, bottom = 900, 220, 48, 12, 12, 28
+	const w, h, left, right, top, bottom = 900, 220, 48, 24, 12, 28
 	var top1 int64 = 1
 	for _, m := range mins {
 		for _, s := range activitySeries {
