@@ -194,14 +194,36 @@ type MinuteCounts struct {
 
 // Activity returns the attempts per minute of the window ending at now
 // (one entry per minute, oldest first, the last one the minute now is
-// in). It reads the history's index on finished_at for the window, and
-// the running attempts from their partial index: its cost is the
-// attempts of the window, whatever the size of the history or the table.
+// in): ActivityIn over the whole window, running attempts included.
 func (s *Store) Activity(ctx context.Context, now time.Time, window time.Duration) ([]MinuteCounts, error) {
 	end := now.UTC().Truncate(time.Minute).Add(time.Minute)
 	from := end.Add(-window.Truncate(time.Minute))
-	if !from.Before(end) {
-		return nil, fmt.Errorf("read activity: window %v is under a minute", window)
+	return s.ActivityIn(ctx, ActivityRange{From: from, FinishedFrom: from, End: end, Running: true})
+}
+
+// ActivityRange selects what ActivityIn counts; times are whole minutes.
+type ActivityRange struct {
+	// From and End bound the minutes returned, [From, End).
+	From, End time.Time
+	// FinishedFrom counts only the finished attempts with finished_at in
+	// [FinishedFrom, End), both as finished and, when they started at or
+	// after From, as started: so that the counts of disjoint finished
+	// ranges add up, and a caller keeps the minutes that can no longer
+	// change and reads only the recent ones.
+	FinishedFrom time.Time
+	// Running adds the running attempts that started in [From, End) to
+	// Started.
+	Running bool
+}
+
+// ActivityIn counts attempts per minute. It reads the history's index on
+// finished_at for [FinishedFrom, End) and the running attempts from their
+// partial index: its cost is the attempts of that range, whatever the size
+// of the history or the table.
+func (s *Store) ActivityIn(ctx context.Context, r ActivityRange) ([]MinuteCounts, error) {
+	from, end := r.From.UTC(), r.End.UTC()
+	if !from.Before(end) || from.Truncate(time.Minute) != from || end.Truncate(time.Minute) != end {
+		return nil, fmt.Errorf("read activity: [%v, %v) is not a range of whole minutes", from, end)
 	}
 	n := int(end.Sub(from) / time.Minute)
 	out := make([]MinuteCounts, n)
@@ -216,13 +238,13 @@ func (s *Store) Activity(ctx context.Context, now time.Time, window time.Duratio
 	}
 	rows, err := s.db.QueryContext(ctx, `
 		SELECT date_trunc('minute', finished_at), outcome, count(*) FROM bigtable_attempts
-			WHERE finished_at >= $1 AND finished_at < $2 GROUP BY 1, 2
+			WHERE finished_at >= $3 AND finished_at < $2 GROUP BY 1, 2
 		UNION ALL
 		SELECT date_trunc('minute', started_at), 'started', count(*) FROM bigtable_attempts
-			WHERE finished_at >= $1 AND finished_at < $2 AND started_at >= $1 GROUP BY 1
+			WHERE finished_at >= $3 AND finished_at < $2 AND started_at >= $1 GROUP BY 1
 		UNION ALL
 		SELECT date_trunc('minute', started_at), 'started', count(*) FROM bigtables
-			WHERE attempt_uid IS NOT NULL AND started_at >= $1 AND started_at < $2 GROUP BY 1`, from, end)
+			WHERE $4 AND attempt_uid IS NOT NULL AND started_at >= $1 AND started_at < $2 GROUP BY 1`, from, end, r.FinishedFrom.UTC(), r.Running)
 	if err != nil {
 		return nil, fmt.Errorf("read activity: %w", err)
 	}

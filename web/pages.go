@@ -43,7 +43,7 @@ func (s *Server) overviewData(r *http.Request) (*overviewData, error) {
 	if d.Overview, err = s.opt.Store.Overview(ctx); err != nil {
 		return nil, err
 	}
-	if d.Activity, err = s.opt.Store.Activity(ctx, now, time.Hour); err != nil {
+	if d.Activity, err = s.activity(ctx, now); err != nil {
 		return nil, err
 	}
 	if d.Failures, err = s.opt.Store.FinalFailures(ctx, now.Add(-24*time.Hour), 10); err != nil {

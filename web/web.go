@@ -72,6 +72,9 @@ type Server struct {
 	cached *overviewData
 	cachedAt,
 	cachedUntil time.Time
+
+	actMu sync.Mutex
+	act   activityCache
 }
 
 // New returns a dashboard.

@@ -358,3 +358,62 @@ func TestActivity(t *testing.T) {
 		t.Errorf("final failures: %+v %v", ff, err)
 	}
 }
+
+// TestActivityCache checks that the chart's cache of settled minutes adds
+// up to a full read of the hour, as time passes and attempts finish in
+// old and new minutes.
+func TestActivityCache(t *testing.T) {
+	s := newSystem(t)
+	ctx := context.Background()
+	srv, err := New(Options{Store: s.st, Queue: s.q})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2030, 5, 6, 7, 30, 20, 0, time.UTC)
+	n := 0
+	record := func(started, finished time.Time, outcome store.Outcome) {
+		t.Helper()
+		n++
+		err := s.st.InTx(ctx, func(tx *store.Tx) error {
+			return tx.RecordAttempts(ctx, []store.Attempt{{AttemptUID: "a" + strconv.Itoa(n), UID: "u", AttemptNo: 1,
+				StartedAt: started, FinishedAt: finished, Outcome: outcome}})
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(step string) {
+		t.Helper()
+		got, err := srv.activity(ctx, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := s.st.Activity(ctx, now, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%s: %d minutes; want %d", step, len(got), len(want))
+		}
+		for i := range got {
+			if got[i] != want[i] {
+				t.Errorf("%s: minute %v: cached %+v; full read %+v", step, want[i].Minute, got[i], want[i])
+			}
+		}
+	}
+	record(now.Add(-70*time.Minute), now.Add(-65*time.Minute), store.OutcomeSuccess) // before the hour
+	record(now.Add(-50*time.Minute), now.Add(-49*time.Minute), store.OutcomeFailure)
+	record(now.Add(-12*time.Minute), now.Add(-10*time.Minute), store.OutcomeTimeout)
+	record(now.Add(-2*time.Minute), now.Add(-time.Minute), store.OutcomeSuccess)
+	record(now, now, store.OutcomeCancelled)
+	check("first view")
+	for step := range 8 {
+		// An attempt that started long ago finishes now, one starts and ends now.
+		record(now.Add(-40*time.Minute), now, store.OutcomeTimeout)
+		record(now.Add(-10*time.Second), now, store.OutcomeSuccess)
+		now = now.Add(time.Duration(step+1) * 90 * time.Second)
+		check("after " + strconv.Itoa(step+1) + " steps")
+	}
+	now = now.Add(3 * time.Hour) // a long pause: the cache starts over
+	check("after a pause")
+}
