@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"time"
@@ -43,7 +44,7 @@ func runWeb(ctx context.Context, e env, args []string) error {
 		}
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
-			return err
+			return fmt.Errorf("listen on %s for the dashboard: %w", addr, err)
 		}
 		hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second}
 		mode := "read-only (no --admin-token)"
