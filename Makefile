@@ -7,7 +7,7 @@ BIN := bin/bigtables
 # can report its own deadline as a failure (golang/go#75804, fixed in 1.27).
 FUZZTIME ?= 500000x
 
-.PHONY: help chaos chaos-short failover redis-cluster redis-cluster-stop redis-sentinel redis-sentinel-stop example-deps build test check unit bench-smoke bench bench-short fuzz schedule-diff services run demo-reset migrate docker-up docker-down docker-config clean
+.PHONY: help chaos chaos-short failover redis-cluster redis-cluster-stop redis-sentinel redis-sentinel-stop example-deps browser-deps build test check unit bench-smoke bench bench-short fuzz schedule-diff services run demo-reset migrate docker-up docker-down docker-config screenshots web clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-19s %s\n", $$1, $$2}'
@@ -15,7 +15,7 @@ help: ## list the targets
 build: ## build bin/bigtables
 	$(GO) build -o $(BIN) ./cmd/bigtables
 
-test: services example-deps docker-config check bench-smoke unit ## everything CI checks: formatting, vet, docker-compose.yml, race tests on real PostgreSQL and Redis, benchmarks once
+test: services example-deps browser-deps docker-config check bench-smoke unit ## everything CI checks: formatting, vet, docker-compose.yml, race tests on real PostgreSQL and Redis, benchmarks once
 
 check: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -73,6 +73,15 @@ services: ## start PostgreSQL and Redis unless they already answer
 
 example-deps: ## install what the example workers and tests need (Python redis and dateutil, jq, redis-cli, curl, npm packages) where missing
 	@scripts/example-deps.sh
+
+browser-deps: ## install Debian's chromium and chromium-driver for the dashboard's browser test, where missing
+	@scripts/browser-deps.sh
+
+screenshots: ## retake the dashboard screenshots in docs/ (headless Chromium)
+	UPDATE_SCREENSHOTS=1 $(GO) test -count=1 -run '^TestBrowser$$' ./web
+
+web: build services ## the dashboard on 127.0.0.1:8080 (read-only unless BIGTABLES_ADMIN_TOKEN is set)
+	$(BIN) web
 
 run: ## the demo, in database bigtables_demo and Redis lists bigtables-demo-*: four records, scheduler + poller + worker (Ctrl-C stops)
 	@scripts/demo.sh

@@ -20,6 +20,7 @@
 //	poller        run the poller until SIGINT/SIGTERM
 //	worker        run the reference worker until SIGINT/SIGTERM
 //	notifier      deliver events to webhooks and a Redis list until SIGINT/SIGTERM
+//	web           serve the dashboard until SIGINT/SIGTERM
 //	worker-check  check that a worker in any language keeps the protocol
 //	bench         measure throughput, latency, scaling and memory
 //	chaos         the fault run
@@ -27,7 +28,7 @@
 //	version       print the module version and VCS revision (also --version)
 //	completion    print a bash or zsh completion script
 //
-// The three long-running processes (scheduler, poller, worker) wait for
+// The long-running processes (scheduler, poller, worker, web) wait for
 // PostgreSQL and Redis at start, retrying with backoff, so the order in
 // which a service manager starts things does not matter; the other
 // commands fail at once. cmd/bigtables only calls Main.
@@ -86,6 +87,7 @@ var commands = []command{
 	{"poller", "run the poller until SIGINT/SIGTERM", runPoller},
 	{"worker", "run the reference worker until SIGINT/SIGTERM", runWorker},
 	{"notifier", "deliver events to webhooks and a Redis list until SIGINT/SIGTERM", runNotifier},
+	{"web", "serve the dashboard until SIGINT/SIGTERM: overview, records, dead letters, actions", runWeb},
 	{"worker-check", "check that a worker in any language keeps the protocol", runWorkerCheck},
 	{"bench", "measure throughput, latency, scaling and memory against local services", runBench},
 	{"chaos", "the fault run: kill, freeze and stop processes, drop Redis replies, restart Redis, misbehave, then check invariants", runChaos},
@@ -274,6 +276,7 @@ var sharedFlags = map[string]int{
 	"completion":   0,
 	"notifier":     takesDatabase | takesRedis | takesQueues, // the events list shares the queues' hash tag
 	"events":       takesDatabase,
+	"web":          takesDatabase | takesRedis | takesQueues,
 }
 
 // examples are the lines each command's help ends with.
@@ -312,6 +315,8 @@ var examples = map[string][]string{
 		"bigtables notifier --allow-host '*.example.com' --events-list bigtables-events --keep 720h"},
 	"events": {"bigtables events --uid report-1", "bigtables events --follow --type disabled --json",
 		"bigtables events --dead", "bigtables events requeue 42"},
+	"web": {"bigtables web                         # read-only, on 127.0.0.1:8080",
+		"BIGTABLES_ADMIN_TOKEN=... bigtables web --addr 127.0.0.1:8080   # with actions"},
 	"completion": {"bigtables completion bash > /etc/bash_completion.d/bigtables", "source <(bigtables completion zsh)"},
 }
 
