@@ -28,7 +28,7 @@ unit: ## unit, integration and end-to-end tests with the race detector; failures
 	@set -o pipefail; $(GO) test -race -count=1 -json ./... | $(GO) run ./internal/testsummary
 
 bench-smoke: ## compile and run every benchmark once, so none rots
-	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
+	$(GO) test -short -run '^$$' -bench . -benchtime 1x ./...
 
 bench: build services ## the full bench: 100,000 records, 1,000,000-row scale and backlog tests (several minutes)
 	$(BIN) bench $(BENCHFLAGS)
