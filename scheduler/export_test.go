@@ -8,3 +8,9 @@ import (
 
 // SetUndo replaces how s reverts starts, so that tests can make it fail.
 func SetUndo(s *Scheduler, undo func(context.Context, []store.Started) (int, error)) { s.undo = undo }
+
+// SetSettle replaces how s asks Redis which pushes landed, so that tests
+// can make it fail.
+func SetSettle(s *Scheduler, settle func(context.Context, []string) (map[string]bool, error)) {
+	s.settlePushes = settle
+}
