@@ -16,7 +16,8 @@ func TestSettlePushes(t *testing.T) {
 	ctx := context.Background()
 	_, rdb, names := testsvc.Redis(t)
 	q := queue.New(rdb, names)
-	if _, _, err := q.PushJobsOnceFor(ctx, "landed", [][]byte{[]byte("a")}, 3*time.Hour); err != nil {
+	landed, _, err := q.PushJobsOnceFor(ctx, "landed", [][]byte{[]byte("a")}, 3*time.Hour)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if ttl, _ := rdb.PTTL(ctx, names.PushTokenKey("landed")).Result(); ttl <= 2*time.Hour {
@@ -26,8 +27,8 @@ func TestSettlePushes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 2 || !got["landed"] || got["lost"] {
-		t.Fatalf("settled %v; want landed true, lost false", got)
+	if at, ok := got["lost"]; len(got) != 2 || !got["landed"].Equal(landed) || !ok || !at.IsZero() {
+		t.Fatalf("settled %v; want landed at %v, lost never", got, landed)
 	}
 	// The lost push comes late (a retry, or a dead process's last bytes):
 	// it is refused and pushes nothing.
@@ -39,7 +40,7 @@ func TestSettlePushes(t *testing.T) {
 		t.Errorf("%d jobs in the input list; want only the landed one", n)
 	}
 	got, err = q.SettlePushes(ctx, []string{"lost", "landed"})
-	if err != nil || got["lost"] || !got["landed"] {
+	if err != nil || !got["lost"].IsZero() || !got["landed"].Equal(landed) {
 		t.Errorf("settled again %v, %v; want the same answers", got, err)
 	}
 	if got, err := q.SettlePushes(ctx, nil); err != nil || len(got) != 0 {

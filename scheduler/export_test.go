@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"time"
 
 	"github.com/bigtables/bigtables/store"
 )
@@ -11,6 +12,6 @@ func SetUndo(s *Scheduler, undo func(context.Context, []store.Started) (int, err
 
 // SetSettle replaces how s asks Redis which pushes landed, so that tests
 // can make it fail.
-func SetSettle(s *Scheduler, settle func(context.Context, []string) (map[string]bool, error)) {
+func SetSettle(s *Scheduler, settle func(context.Context, []string) (map[string]time.Time, error)) {
 	s.settlePushes = settle
 }

@@ -24,9 +24,10 @@ type planOptions struct {
 	timeoutUpTo time.Time
 	// pushToken is the token of the tick's push, recorded on every start.
 	pushToken string
-	// pushes says, for the push tokens of the expired rows, whether their
-	// push landed (see decideExpired); nil when Redis could not be asked.
-	pushes map[string]bool
+	// pushes says, for the push tokens of the expired rows, when their push
+	// landed, zero if never (see decideExpired); nil when Redis could not
+	// be asked.
+	pushes map[string]time.Time
 	// unknownPushUpTo is the latest deadline timed out although whether its
 	// job was pushed is unknown (now - MaxResultWait).
 	unknownPushUpTo time.Time
@@ -180,8 +181,7 @@ const minUsable = 0.5
 func lateStarts(starts []start, landed time.Time) []start {
 	var late []start
 	for _, s := range starts {
-		timeout := s.job.DeadlineAt.Sub(s.startedAt)
-		if s.job.DeadlineAt.Sub(landed) < time.Duration(float64(timeout)*minUsable) {
+		if unusable(s.startedAt, s.job.DeadlineAt, landed) {
 			late = append(late, s)
 		}
 	}

@@ -16,7 +16,7 @@ const (
 	notExpired     expiry = iota // no attempt runs, or its deadline is ahead
 	holdExpired                  // past its deadline, but not yet decided: its result or its push's fate is unknown
 	timeOutExpired               // past its deadline: fails with reason "timeout" (T3)
-	redriveExpired               // past its deadline, and its job was never pushed: the start is undone and made again (T8)
+	redriveExpired               // past its deadline, and its job was never pushed, or too late to be used: the start is undone and made again (T8)
 )
 
 // decideExpired decides the fate of a row's expired attempt. An attempt is
@@ -25,8 +25,11 @@ const (
 // of queue.SettlePushes for that token (opt.pushes) decides: a push that
 // never landed means no worker ever had the job (a scheduler killed between
 // its commit and its push, a push lost on the way, Redis restarted without
-// its data), so the start is redriven instead of burning an attempt; a push
-// that landed times out as usual. When Redis could not be asked (the token
+// its data), so the start is redriven instead of burning an attempt; so is
+// one that landed too late for a worker to use it (the rule of lateStarts,
+// which the pushing scheduler may not have applied yet: it undoes such
+// starts right after its push, and this closes the window before that
+// undo); a push that landed in time times out as usual. When Redis could not be asked (the token
 // is absent from opt.pushes) the timeout is held, but no longer than up to
 // opt.unknownPushUpTo (MaxResultWait past the deadline). A row without a
 // token (started before tokens were recorded) times out as before.
@@ -42,7 +45,7 @@ func decideExpired(row store.Row, now time.Time, opt planOptions) expiry {
 	}
 	landed, known := opt.pushes[row.PushToken]
 	switch {
-	case known && !landed:
+	case known && (landed.IsZero() || unusable(st.StartedAt, st.DeadlineAt, landed)):
 		return redriveExpired
 	case known:
 		return timeOutExpired
@@ -51,6 +54,13 @@ func decideExpired(row store.Row, now time.Time, opt planOptions) expiry {
 	default:
 		return timeOutExpired
 	}
+}
+
+// unusable reports whether a job of an attempt started at startedAt with
+// the given deadline, landed in the input list at landed (Redis' clock),
+// had less than minUsable of its timeout left.
+func unusable(startedAt, deadline, landed time.Time) bool {
+	return deadline.Sub(landed) < time.Duration(float64(deadline.Sub(startedAt))*minUsable)
 }
 
 // redrive undoes a start whose job was never pushed: the attempt is
@@ -93,7 +103,7 @@ const settleTimeout = 3 * time.Second
 
 // settle asks Redis which of the expired rows' pushes landed. On error
 // the answer is nil: those timeouts are held (bounded by MaxResultWait).
-func (s *Scheduler) settle(ctx context.Context, rows []store.Row, now, upTo time.Time) (map[string]bool, error) {
+func (s *Scheduler) settle(ctx context.Context, rows []store.Row, now, upTo time.Time) (map[string]time.Time, error) {
 	tokens := expiredTokens(rows, now, upTo)
 	if len(tokens) == 0 {
 		return nil, nil

@@ -136,7 +136,7 @@ func TestUnknownPushHoldsTimeout(t *testing.T) {
 	s := scheduler.New(e.st, e.q, cfg)
 	mustTick(t, s)
 	started, _ := e.st.Get(ctx, "r")
-	scheduler.SetSettle(s, func(context.Context, []string) (map[string]bool, error) {
+	scheduler.SetSettle(s, func(context.Context, []string) (map[string]time.Time, error) {
 		return nil, errors.New("dial tcp: connection refused")
 	})
 	e.clk.Set(started.DeadlineAt.Add(10*time.Minute - time.Microsecond))

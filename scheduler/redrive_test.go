@@ -10,7 +10,8 @@ import (
 
 // The fate of an expired attempt: held while its result may still wait or
 // while Redis cannot say whether its job was pushed (up to MaxResultWait),
-// redriven when its push never landed, timed out otherwise.
+// redriven when its push never landed (or too late to be used), timed out
+// otherwise.
 func TestDecideExpired(t *testing.T) {
 	deadline := t0.Add(-time.Minute)
 	withToken := func(tok string, st refresh.State) store.Row {
@@ -19,7 +20,11 @@ func TestDecideExpired(t *testing.T) {
 		return r
 	}
 	run := running("r", deadline.Add(-time.Minute), deadline)
-	pushes := map[string]bool{"landed": true, "lost": false}
+	pushes := map[string]time.Time{
+		"landed": deadline.Add(-50 * time.Second), // 50 s of its 1 m timeout left
+		"late":   deadline.Add(-29 * time.Second), // less than half left: a worker could not use it
+		"lost":   {},
+	}
 	opt := planOptions{timeoutUpTo: t0, pushes: pushes, unknownPushUpTo: t0.Add(-time.Hour)}
 	tests := []struct {
 		name string
@@ -31,6 +36,7 @@ func TestDecideExpired(t *testing.T) {
 		{"deadline ahead", withToken("lost", running("r", t0, t0.Add(time.Second))), opt, notExpired},
 		{"push landed: timeout", withToken("landed", run), opt, timeOutExpired},
 		{"push never landed: redrive", withToken("lost", run), opt, redriveExpired},
+		{"push landed too late to be used: redrive", withToken("late", run), opt, redriveExpired},
 		{"no token (started before tokens): timeout", withToken("", run), opt, timeOutExpired},
 		{"the watermark has not reached the deadline: held, even if never pushed",
 			withToken("lost", run), planOptions{timeoutUpTo: deadline.Add(-time.Microsecond), pushes: pushes}, holdExpired},
@@ -63,7 +69,7 @@ func TestPlanTickRedrives(t *testing.T) {
 	p, err := planTick([]store.Row{r}, t0, planOptions{
 		rules: refresh.NewRulesCache(0).Get, draw: func() float64 { return 0 },
 		newUID: func() string { n++; return "new-uid" }, timeoutUpTo: t0,
-		pushToken: "tick-token", pushes: map[string]bool{"lost": false}, unknownPushUpTo: t0.Add(-time.Hour),
+		pushToken: "tick-token", pushes: map[string]time.Time{"lost": {}}, unknownPushUpTo: t0.Add(-time.Hour),
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -169,7 +169,7 @@ type Scheduler struct {
 	undo func(context.Context, []store.Started) (int, error)
 	// settlePushes tells landed pushes from lost ones (queue.SettlePushes);
 	// a field so that tests can make it fail.
-	settlePushes func(context.Context, []string) (map[string]bool, error)
+	settlePushes func(context.Context, []string) (map[string]time.Time, error)
 
 	pruneMu    sync.Mutex
 	pruneAfter string // where the per-record prune walk goes on
@@ -221,7 +221,7 @@ func (s *Scheduler) Tick(ctx context.Context) (TickResult, error) {
 		}
 		// Which of the expired attempts' jobs were ever pushed: asked
 		// before planning, so that the plan stays pure.
-		var pushes map[string]bool
+		var pushes map[string]time.Time
 		pushes, settleErr = s.settle(ctx, rows, now, upTo)
 		plan, err = planTick(rows, now, planOptions{
 			rules: s.rules.Get, draw: s.cfg.Draw, newUID: s.cfg.NewUID, timeoutUpTo: upTo,
