@@ -85,7 +85,7 @@ func New(src Sources, health *Health) *Metrics {
 	}
 	m.attemptsStarted = counter("bigtables_attempts_started_total", "Attempts started by this scheduler whose jobs were pushed in time.")
 	m.attemptsTimedOut = counter("bigtables_attempts_timed_out_total", "Running attempts this scheduler failed with reason timeout.")
-	m.attemptsUndone = counter("bigtables_attempts_undone_total", "Starts reverted because their push failed or landed too late.")
+	m.attemptsUndone = counter("bigtables_attempts_undone_total", "Starts reverted because their push failed or landed too late, or found never pushed at their deadline (started again).")
 	m.recordsDisabled = counter("bigtables_records_disabled_total", "Records disabled by a final failure (a timeout in the scheduler, a failure in the poller).")
 	m.recordsParked = counter("bigtables_records_parked_total", "Records disabled because their stored schedule or policy cannot be read.")
 	m.tickErrors = counter("bigtables_tick_errors_total", "Scheduler ticks that failed.")
@@ -126,7 +126,7 @@ func (s Sources) withDefaults() Sources {
 func (m *Metrics) ObserveTick(res scheduler.TickResult, took time.Duration, err error) {
 	m.attemptsStarted.Add(float64(res.Started))
 	m.attemptsTimedOut.Add(float64(res.TimedOut))
-	m.attemptsUndone.Add(float64(res.Undone))
+	m.attemptsUndone.Add(float64(res.Undone + res.Redriven))
 	m.recordsDisabled.Add(float64(res.Disabled))
 	m.recordsParked.Add(float64(res.Parked))
 	m.timeoutsHeld.Set(float64(res.Held))

@@ -19,7 +19,7 @@
 //	<dead>:dropped                 dead letters dropped over the cap (counter)
 //	<input>:cancelled:<attempt>    set while a superseded attempt's worker should stop (string "1", expires)
 //	<output>:pushed:<attempt>      set once the Go worker library pushed the attempt's final result (the push's token, expires)
-//	<input>:push:<token>           a tick's job push ran, and when (string, expires; see PushJobsOnce)
+//	<input>:push:<token>           a tick's job push ran, and when; or "never" once settled as not pushed (string, expires; see PushJobsOnce, SettlePushes)
 //
 // Every time a script compares or stores is Redis's own (TIME, read inside
 // the script), so processes whose clocks disagree still agree on leases and

@@ -22,6 +22,15 @@ type planOptions struct {
 	// timeoutUpTo is the latest deadline that may be timed out (see
 	// timeoutUpTo): an attempt past its deadline but after it is held.
 	timeoutUpTo time.Time
+	// pushToken is the token of the tick's push, recorded on every start.
+	pushToken string
+	// pushes says, for the push tokens of the expired rows, when their push
+	// landed, zero if never (see decideExpired); nil when Redis could not
+	// be asked.
+	pushes map[string]time.Time
+	// unknownPushUpTo is the latest deadline timed out although whether its
+	// job was pushed is unknown (now - MaxResultWait).
+	unknownPushUpTo time.Time
 }
 
 // start is one attempt started by a tick: its job, and what undoing it
@@ -41,12 +50,13 @@ type parked struct {
 // tickPlan is everything one tick decided, for the claim's transaction to
 // write and for the code after the commit to push.
 type tickPlan struct {
-	save   []store.Row          // rows whose state changed, to write in the transaction
-	ended  []store.Attempt      // attempts that ended (timed out, or ended by parking), for the history
-	starts []start              // attempts started: their jobs go out after the commit
-	cancel map[string]time.Time // attempts that ended, by uid, with their deadlines: tell their workers to stop
-	parked []parked             // rows disabled because their rules cannot be read
-	events []store.Event        // the transitions' events, written in the same transaction
+	save     []store.Row          // rows whose state changed, to write in the transaction
+	ended    []store.Attempt      // attempts that ended (timed out, or ended by parking), for the history
+	starts   []start              // attempts started: their jobs go out after the commit
+	cancel   map[string]time.Time // attempts that ended, by uid, with their deadlines: tell their workers to stop
+	parked   []parked             // rows disabled because their rules cannot be read
+	redriven []redriven           // starts undone because their jobs were never pushed (started again)
+	events   []store.Event        // the transitions' events, written in the same transaction
 	// timedOut counts attempts failed with "timeout", disabled the records
 	// such a failure disabled, held the timeouts waiting for the pollers.
 	timedOut, disabled, held int
@@ -82,8 +92,9 @@ func planTick(rows []store.Row, now time.Time, opt planOptions) (tickPlan, error
 	p := tickPlan{cancel: map[string]time.Time{}}
 	for _, row := range rows {
 		st := row.State
-		if st.TimedOut(now) && st.DeadlineAt.After(opt.timeoutUpTo) {
-			p.held++ // its result may still be waiting for a poller
+		exp := decideExpired(row, now, opt)
+		if exp == holdExpired {
+			p.held++ // its result, or its push, may still come
 			continue
 		}
 		rules, err := opt.rules(row.Schedule, row.Policy)
@@ -100,7 +111,13 @@ func planTick(rows []store.Row, now time.Time, opt planOptions) (tickPlan, error
 			continue
 		}
 		changed := false
-		if st.TimedOut(now) {
+		if exp == redriveExpired {
+			p.redriven = append(p.redriven, redriven{uid: row.UID, attemptUID: st.AttemptUID, attemptNo: st.AttemptNo})
+			p.cancel[st.AttemptUID] = st.DeadlineAt // in case its job turns up after all
+			st = redrive(st, now)
+			changed = true
+		}
+		if exp == timeOutExpired {
 			old := st
 			var step refresh.Step
 			st, step, err = rules.TimeOut(st, now, opt.draw())
@@ -127,9 +144,13 @@ func planTick(rows []store.Row, now time.Time, opt planOptions) (tickPlan, error
 					AttemptNo: st.AttemptNo, DeadlineAt: st.DeadlineAt},
 				startedAt: st.StartedAt, prevRefreshAt: prev,
 			})
+			row.PushToken = opt.pushToken
 			changed = true
 		}
 		if changed {
+			if !st.Running() {
+				row.PushToken = ""
+			}
 			row.State = st
 			p.save = append(p.save, row)
 		}
@@ -163,8 +184,7 @@ const minUsable = 0.5
 func lateStarts(starts []start, landed time.Time) []start {
 	var late []start
 	for _, s := range starts {
-		timeout := s.job.DeadlineAt.Sub(s.startedAt)
-		if s.job.DeadlineAt.Sub(landed) < time.Duration(float64(timeout)*minUsable) {
+		if unusable(s.startedAt, s.job.DeadlineAt, landed) {
 			late = append(late, s)
 		}
 	}

@@ -14,6 +14,10 @@
 //   - an attempt past its deadline is timed out only once the pollers have
 //     applied every result pushed before the deadline (the watermark), or
 //     when MaxResultWait has passed since it;
+//   - each start records its tick's push token; an attempt past its deadline
+//     whose push never landed (a scheduler killed between its commit and
+//     its push, Redis restarted without its data) is redriven, not timed
+//     out;
 //   - a row whose stored rules cannot be read is parked (disabled with the
 //     reason), so it cannot starve the rows behind it.
 //
@@ -23,6 +27,7 @@ package scheduler
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -162,6 +167,9 @@ type Scheduler struct {
 	log   *slog.Logger
 	// undo reverts starts; a field so that tests can make it fail.
 	undo func(context.Context, []store.Started) (int, error)
+	// settlePushes tells landed pushes from lost ones (queue.SettlePushes);
+	// a field so that tests can make it fail.
+	settlePushes func(context.Context, []string) (map[string]time.Time, error)
 
 	pruneMu    sync.Mutex
 	pruneAfter string // where the per-record prune walk goes on
@@ -172,7 +180,8 @@ type Scheduler struct {
 // New returns a Scheduler.
 func New(st *store.Store, q *queue.Queue, cfg Config) *Scheduler {
 	cfg = cfg.withDefaults(q)
-	return &Scheduler{store: st, queue: q, cfg: cfg, rules: refresh.NewRulesCache(0), log: cfg.Logger, undo: st.UndoStarts}
+	return &Scheduler{store: st, queue: q, cfg: cfg, rules: refresh.NewRulesCache(0), log: cfg.Logger, undo: st.UndoStarts,
+		settlePushes: q.SettlePushes}
 }
 
 // TickResult counts what one tick did.
@@ -181,6 +190,7 @@ type TickResult struct {
 	TimedOut int // running attempts failed with reason "timeout"
 	Disabled int // records disabled by a timeout that was their final failure
 	Undone   int // starts reverted because the push failed or landed too late
+	Redriven int // attempts past their deadline whose jobs were never pushed: undone and started again, not timed out
 	Late     int // starts whose jobs landed with less than half their timeout left (undone)
 	Parked   int // rows disabled because their stored schedule or policy cannot be read
 	Held     int // attempts past their deadline not timed out yet: their results may still be waiting
@@ -200,6 +210,8 @@ func (s *Scheduler) Tick(ctx context.Context) (TickResult, error) {
 	var res TickResult
 	var plan tickPlan
 	var upTo time.Time
+	var settleErr error
+	token := s.cfg.NewUID() // every start of the tick records it: its push's token
 	err := s.store.InTx(ctx, func(tx *store.Tx) error {
 		now := tx.Now()
 		upTo = timeoutUpTo(now, watermark, s.cfg.MaxResultWait)
@@ -207,8 +219,13 @@ func (s *Scheduler) Tick(ctx context.Context) (TickResult, error) {
 		if err != nil {
 			return err
 		}
+		// Which of the expired attempts' jobs were ever pushed: asked
+		// before planning, so that the plan stays pure.
+		var pushes map[string]time.Time
+		pushes, settleErr = s.settle(ctx, rows, now, upTo)
 		plan, err = planTick(rows, now, planOptions{
 			rules: s.rules.Get, draw: s.cfg.Draw, newUID: s.cfg.NewUID, timeoutUpTo: upTo,
+			pushToken: token, pushes: pushes, unknownPushUpTo: now.Add(-s.cfg.MaxResultWait),
 		})
 		if err != nil {
 			return err
@@ -233,6 +250,17 @@ func (s *Scheduler) Tick(ctx context.Context) (TickResult, error) {
 		return TickResult{}, fmt.Errorf("tick: %w", err)
 	}
 	res.TimedOut, res.Disabled, res.Parked, res.Held = plan.timedOut, plan.disabled, len(plan.parked), plan.held
+	res.Redriven = len(plan.redriven)
+	for _, r := range plan.redriven {
+		s.log.Debug("start redriven: its job was never pushed", "uid", r.uid, "attempt_uid", r.attemptUID, "attempt_no", r.attemptNo)
+	}
+	if settleErr != nil {
+		s.log.Warn("cannot ask Redis which jobs were pushed; holding those timeouts", "err", settleErr)
+	}
+	if res.Redriven > 0 {
+		s.log.Warn("attempts whose jobs were never pushed started again instead of timing out",
+			"redriven", res.Redriven, "first_uid", plan.redriven[0].uid, "first_attempt_uid", plan.redriven[0].attemptUID)
+	}
 	for _, p := range plan.parked {
 		s.log.Error("record parked: its stored schedule or policy cannot be read", "uid", p.uid, "reason", p.reason)
 	}
@@ -241,11 +269,15 @@ func (s *Scheduler) Tick(ctx context.Context) (TickResult, error) {
 	}
 	if res.Held > 0 {
 		res.HeldWhy = heldWhy(watermark, werr, s.cfg.MaxResultWait)
+		if settleErr != nil {
+			res.HeldWhy = fmt.Sprintf("whether their jobs were pushed cannot be asked (%v); timing out only attempts past their deadline by %v; %s",
+				settleErr, s.cfg.MaxResultWait, res.HeldWhy)
+		}
 		s.logHeld(res, upTo)
 	}
 
 	// Push first: nothing else may delay the jobs.
-	pushErr := s.pushStarts(ctx, plan.starts, &res, plan.cancel)
+	pushErr := s.pushStarts(ctx, token, plan.starts, &res, plan.cancel)
 	// Then tell the workers of ended attempts (timed out, parked, undone)
 	// to stop: best effort, their results are stale anyway.
 	if err := s.queue.Cancel(ctx, plan.cancel); err != nil {
@@ -257,7 +289,7 @@ func (s *Scheduler) Tick(ctx context.Context) (TickResult, error) {
 // pushStarts pushes the jobs of the starts, retrying with one token, and
 // undoes the starts whose jobs did not land, or landed too late for a
 // worker to use them; the undone attempts are added to cancel.
-func (s *Scheduler) pushStarts(ctx context.Context, starts []start, res *TickResult, cancel map[string]time.Time) error {
+func (s *Scheduler) pushStarts(ctx context.Context, token string, starts []start, res *TickResult, cancel map[string]time.Time) error {
 	if len(starts) == 0 {
 		return nil
 	}
@@ -267,7 +299,7 @@ func (s *Scheduler) pushStarts(ctx context.Context, starts []start, res *TickRes
 		s.log.Debug("attempt started", "uid", st.job.BigTableUID, "attempt_no", st.job.AttemptNo,
 			"attempt_uid", st.job.AttemptUID, "deadline_at", st.job.DeadlineAt)
 	}
-	landed, pushErr := s.push(ctx, jobs)
+	landed, pushErr := s.push(ctx, token, pushTokenTTL(starts, s.cfg.MaxResultWait), jobs)
 	undo := starts
 	if pushErr == nil {
 		undo = lateStarts(starts, landed)
@@ -301,17 +333,18 @@ func (s *Scheduler) pushStarts(ctx context.Context, starts []start, res *TickRes
 	return nil
 }
 
-// push pushes the jobs, trying up to PushAttempts times with one token, and
-// returns when they landed (Redis' clock).
-func (s *Scheduler) push(ctx context.Context, jobs [][]byte) (time.Time, error) {
-	token := s.cfg.NewUID()
+// push pushes the jobs, trying up to PushAttempts times with the tick's
+// token (remembered for ttl), and returns when they landed (Redis' clock).
+// A token settled as never pushed (another scheduler redrove the starts)
+// is not retried.
+func (s *Scheduler) push(ctx context.Context, token string, ttl time.Duration, jobs [][]byte) (time.Time, error) {
 	delay := 100 * time.Millisecond
 	for i := 1; ; i++ {
-		landed, _, err := s.queue.PushJobsOnce(ctx, token, jobs)
+		landed, _, err := s.queue.PushJobsOnceFor(ctx, token, jobs, ttl)
 		if err == nil {
 			return landed, nil
 		}
-		if i >= s.cfg.PushAttempts || ctx.Err() != nil {
+		if i >= s.cfg.PushAttempts || ctx.Err() != nil || errors.Is(err, queue.ErrPushRefused) {
 			return time.Time{}, err
 		}
 		s.log.Warn("push failed; retrying with the same token", "jobs", len(jobs), "try", i, "err", err)
@@ -438,7 +471,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			}
 			backoff = 0
 			if res.Claimed > 0 || res.Late > 0 {
-				s.log.Info("tick", "started", res.Started, "timed_out", res.TimedOut, "disabled", res.Disabled,
+				s.log.Info("tick", "started", res.Started, "timed_out", res.TimedOut, "redriven", res.Redriven, "disabled", res.Disabled,
 					"parked", res.Parked, "late_undone", res.Late, "held", res.Held)
 			}
 			if res.Claimed >= s.cfg.Batch {

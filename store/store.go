@@ -146,6 +146,11 @@ type Row struct {
 	// StatusAt is when the status message was drained from the output list
 	// (Redis's time); zero if unknown. An older status is not applied over it.
 	StatusAt time.Time
+	// PushToken is the token of the push that carries the running
+	// attempt's job (the tick's, see queue.PushJobsOnceFor); "" when no
+	// attempt runs or it was started without one. Save writes it only
+	// while an attempt runs.
+	PushToken string
 	// CreatedAt and UpdatedAt are zero in rows read by ClaimDue and Lock.
 	CreatedAt time.Time
 	UpdatedAt time.Time
@@ -174,6 +179,7 @@ type dbRow struct {
 	StatusMessage  sql.NullString `db:"status_message"`
 	StatusAt       sql.NullTime   `db:"status_at"`
 	Paused         bool           `db:"paused"`
+	PushToken      sql.NullString `db:"push_token"`
 	CreatedAt      sql.NullTime   `db:"created_at"` // not in locked reads
 	UpdatedAt      sql.NullTime   `db:"updated_at"` // not in locked reads
 	Tid            string         `db:"tid"`        // only in locked reads
@@ -181,7 +187,7 @@ type dbRow struct {
 
 // stateColumns are what a transition needs: definition and state.
 const stateColumns = `uid, input_url, schedule, policy, refresh_at, attempt_uid, attempt_no, started_at,
-	deadline_at, failing_since, last_delay_ms, disabled_until_update, disabled_reason, status_message, status_at, paused`
+	deadline_at, failing_since, last_delay_ms, disabled_until_update, disabled_reason, status_message, status_at, paused, push_token`
 
 // rowColumns are the whole record.
 const rowColumns = stateColumns + `, created_at, updated_at`
@@ -216,6 +222,7 @@ func (r dbRow) row() Row {
 		},
 		StatusMessage: r.StatusMessage.String,
 		StatusAt:      nullTime(r.StatusAt),
+		PushToken:     r.PushToken.String,
 		CreatedAt:     nullTime(r.CreatedAt),
 		UpdatedAt:     nullTime(r.UpdatedAt),
 		tid:           r.Tid,
@@ -643,9 +650,10 @@ UPDATE bigtables AS b SET
     disabled_reason = CASE WHEN u.disabled THEN COALESCE(u.reason, '') END,
     status_message = NULLIF(u.status, ''),
     status_at = ` + usTime("u.status_at") + `,
+    push_token = CASE WHEN u.attempt_uid <> '' THEN NULLIF(u.push_token, '') END,
     updated_at = $14
-FROM unnest($1::text[], $2::bigint[], $3::text[], $4::int[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bool[], $9::text[], $10::text[], $11::bigint[], $12::tid[], $13::bigint[])
-    AS u(uid, refresh_at, attempt_uid, attempt_no, started_at, deadline_at, failing_since, disabled, reason, status, last_delay_ms, tid, status_at)
+FROM unnest($1::text[], $2::bigint[], $3::text[], $4::int[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bool[], $9::text[], $10::text[], $11::bigint[], $12::tid[], $13::bigint[], $15::text[])
+    AS u(uid, refresh_at, attempt_uid, attempt_no, started_at, deadline_at, failing_since, disabled, reason, status, last_delay_ms, tid, status_at, push_token)
 WHERE b.ctid = u.tid AND b.uid = u.uid`
 
 // Save writes the refresh state and status message of rows the transaction
@@ -660,7 +668,7 @@ func (tx *Tx) Save(ctx context.Context, rows []Row) error {
 	uid, attemptUID, reason, status := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	refreshAt, startedAt, deadlineAt, failingSince := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
 	attemptNo, lastDelay, disabled, statusAt := make([]int64, n), make([]int64, n), make([]bool, n), make([]int64, n)
-	tid := make([]string, n)
+	tid, token := make([]string, n), make([]string, n)
 	seen := make(map[string]bool, n)
 	for i, r := range rows {
 		if seen[r.UID] {
@@ -676,12 +684,13 @@ func (tx *Tx) Save(ctx context.Context, rows []Row) error {
 		deadlineAt[i], failingSince[i] = micros(r.DeadlineAt), micros(r.FailingSince)
 		disabled[i], reason[i], status[i] = r.Disabled, r.DisabledReason, r.StatusMessage
 		lastDelay[i], statusAt[i] = r.LastDelay.Milliseconds(), micros(r.StatusAt)
+		token[i] = r.PushToken
 	}
 	res, err := tx.tx.ExecContext(ctx, saveStates, pq.StringArray(uid), pq.Int64Array(orNull(refreshAt, -1)),
 		pq.StringArray(orNull(attemptUID, "")), pq.Int64Array(orNull(attemptNo, 0)), pq.Int64Array(orNull(startedAt, -1)),
 		pq.Int64Array(orNull(deadlineAt, -1)), pq.Int64Array(orNull(failingSince, -1)), pq.BoolArray(orNull(disabled, false)),
 		pq.StringArray(orNull(reason, "")), pq.StringArray(orNull(status, "")), pq.Int64Array(orNull(lastDelay, 0)),
-		pq.StringArray(tid), pq.Int64Array(orNull(statusAt, -1)), tx.now)
+		pq.StringArray(tid), pq.Int64Array(orNull(statusAt, -1)), tx.now, pq.StringArray(orNull(token, "")))
 	if err != nil {
 		return fmt.Errorf("save %d states: %w", n, err)
 	}
@@ -789,7 +798,7 @@ type Started struct {
 
 var undoStarts = `
 UPDATE bigtables AS b SET
-    attempt_uid = NULL, started_at = NULL, deadline_at = NULL,
+    attempt_uid = NULL, started_at = NULL, deadline_at = NULL, push_token = NULL,
     attempt_no = b.attempt_no - 1,
     refresh_at = ` + usTime("u.refresh_at") + `,
     updated_at = $4
