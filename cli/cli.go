@@ -14,6 +14,8 @@
 //	worker        run the reference worker until SIGINT/SIGTERM
 //	worker-check  check that a worker in any language keeps the protocol
 //	bench         measure throughput, latency, scaling and memory
+//	bench-scale   10 M records stored, a 1 M-record burst
+//	soak          a steady load over time, plotted
 //	chaos         the fault run
 //
 // The three long-running processes (scheduler, poller, worker) wait for
@@ -68,6 +70,8 @@ var commands = []command{
 	{"worker", "run the reference worker until SIGINT/SIGTERM", runWorker},
 	{"worker-check", "check that a worker in any language keeps the protocol", runWorkerCheck},
 	{"bench", "measure throughput, latency, scaling and memory against local services", runBench},
+	{"bench-scale", "store 10 M records, time a 1 M-record burst, ticks, queries and disk per record", runBenchScale},
+	{"soak", "a steady load for a duration: throughput, latency, table sizes and RSS over time, plotted", runSoak},
 	{"chaos", "the fault run: kill processes, restart Redis, misbehave, then check invariants", runChaos},
 }
 
