@@ -398,4 +398,3 @@ func (e *env) tableStats(ctx context.Context) (tableStats, error) {
 	}
 	return s, nil
 }
-
