@@ -47,17 +47,19 @@ func WriteSoakPlot(path string, r SoakResult) error {
 			{"its indexes", "#ff7f0e", col(func(s SoakSample) float64 { return s.IndexMiB })},
 			{"history (with indexes)", "#8c564b", col(func(s SoakSample) float64 { return s.HistoryMiB })},
 		}},
-		{"records table tuples (thousands)", []series{
+		{"dead tuples in the records table (thousands; live: the records)", []series{
 			{"dead", "#d62728", col(func(s SoakSample) float64 { return float64(s.DeadTuples) / 1000 })},
-			{"live", "#1f77b4", col(func(s SoakSample) float64 { return float64(s.LiveTuples) / 1000 })},
 		}},
 		{"bench process memory (MiB)", []series{
 			{"RSS", "#17becf", col(func(s SoakSample) float64 { return s.RSSMiB })},
 			{"Go heap in use", "#7f7f7f", col(func(s SoakSample) float64 { return s.HeapMiB })},
 		}},
 	}
-	title := fmt.Sprintf("bigtables soak: %s records every %d min, %.0f cycles/s target, %s, vacuum: %s%s",
-		thousands(r.Records), r.Period, r.Rate, r.Duration, r.VacuumEvery, map[bool]string{true: ", " + r.TableOptions}[r.TableOptions != ""])
+	title := fmt.Sprintf("bigtables soak: %s records every %d min, %.0f cycles/s target, %s, vacuum: %s",
+		thousands(r.Records), r.Period, r.Rate, r.Duration, r.VacuumEvery)
+	if r.TableOptions != "" {
+		title += "\ntable options: " + r.TableOptions
+	}
 	if err := os.WriteFile(path, []byte(plotSVG(title, x, panels)), 0o644); err != nil {
 		return fmt.Errorf("write plot: %w", err)
 	}
@@ -66,12 +68,14 @@ func WriteSoakPlot(path string, r SoakResult) error {
 
 // plotSVG renders panels stacked, sharing the x axis (minutes).
 func plotSVG(title string, x []float64, panels []panel) string {
-	const w, ph, left, right, top, gap = 860.0, 150.0, 70.0, 200.0, 40.0, 45.0
+	const w, ph, left, right, top, gap = 860.0, 150.0, 70.0, 200.0, 50.0, 45.0
 	h := top + float64(len(panels))*(ph+gap)
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" viewBox="0 0 %.0f %.0f" font-family="sans-serif" font-size="11">`+"\n", w, h, w, h)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
-	fmt.Fprintf(&b, `<text x="%.0f" y="20" font-size="13" font-weight="bold">%s</text>`+"\n", left, html.EscapeString(title))
+	for i, line := range strings.Split(title, "\n") {
+		fmt.Fprintf(&b, `<text x="%.0f" y="%d" font-size="13" font-weight="bold">%s</text>`+"\n", left, 18+i*15, html.EscapeString(line))
+	}
 	xmax := 0.0
 	for _, v := range x {
 		xmax = math.Max(xmax, v)
@@ -137,15 +141,16 @@ func niceCeil(v float64) float64 {
 	return 10 * p
 }
 
-// shortNum writes an axis label: 1200 -> 1.2k, 0.5 -> 0.5.
+// shortNum writes an axis label: 1250 -> 1.25k, 0.5 -> 0.5.
 func shortNum(v float64) string {
+	trim := func(x float64) string {
+		return strings.TrimSuffix(strings.TrimRight(fmt.Sprintf("%.2f", x), "0"), ".")
+	}
 	switch {
 	case v >= 1e6:
-		return strings.TrimSuffix(fmt.Sprintf("%.1f", v/1e6), ".0") + "M"
+		return trim(v/1e6) + "M"
 	case v >= 1e3:
-		return strings.TrimSuffix(fmt.Sprintf("%.1f", v/1e3), ".0") + "k"
-	case v == math.Trunc(v):
-		return fmt.Sprintf("%.0f", v)
+		return trim(v/1e3) + "k"
 	}
-	return fmt.Sprintf("%.1f", v)
+	return trim(v)
 }

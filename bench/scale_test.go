@@ -133,7 +133,7 @@ func TestNiceCeilShortNum(t *testing.T) {
 			t.Errorf("niceCeil(%v) = %v; want %v", v, got, want)
 		}
 	}
-	for v, want := range map[float64]string{0: "0", 0.5: "0.5", 250: "250", 1000: "1k", 1200: "1.2k", 2.5e6: "2.5M"} {
+	for v, want := range map[float64]string{0: "0", 0.5: "0.5", 250: "250", 1000: "1k", 1250: "1.25k", 3750: "3.75k", 2.5e6: "2.5M", 0.25: "0.25"} {
 		if got := shortNum(v); got != want {
 			t.Errorf("shortNum(%v) = %q; want %q", v, got, want)
 		}

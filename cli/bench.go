@@ -42,18 +42,12 @@ func runBench(ctx context.Context, e env, args []string) error {
 	if *only != "" {
 		bc.Only = strings.Split(*only, ",")
 	}
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			return fmt.Errorf("cpu profile: %w", err)
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return fmt.Errorf("cpu profile: %w", err)
-		}
-		defer pprof.StopCPUProfile()
+	stop, err := startProfile(*cpuProfile)
+	if err != nil {
+		return err
 	}
 	res, err := bench.Run(ctx, bc)
+	stop()
 	if err != nil {
 		return err
 	}
