@@ -7,7 +7,7 @@ BIN := bin/bigtables
 # can report its own deadline as a failure (golang/go#75804, fixed in 1.27).
 FUZZTIME ?= 500000x
 
-.PHONY: help chaos chaos-short failover redis-cluster redis-cluster-stop redis-sentinel redis-sentinel-stop example-deps browser-deps build test check unit bench-smoke bench bench-short fuzz schedule-diff services run demo-reset migrate docker-up docker-down docker-config screenshots web clean
+.PHONY: help chaos chaos-short failover redis-cluster redis-cluster-stop redis-sentinel redis-sentinel-stop example-deps browser-deps build test check unit bench-smoke bench bench-short bench-scale soak fuzz schedule-diff services run demo-reset migrate docker-up docker-down docker-config screenshots web clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-19s %s\n", $$1, $$2}'
@@ -33,8 +33,16 @@ bench-smoke: ## compile and run every benchmark once, so none rots
 bench: build services ## the full bench: 100,000 records, 1,000,000-row scale and backlog tests (several minutes)
 	$(BIN) bench $(BENCHFLAGS)
 
-bench-short: build services ## the bench on small sizes, as CI runs it
+bench-short: build services ## the bench on small sizes, as CI runs it, and bench-scale's smallest form
 	$(BIN) bench --records 3000 --scale-rows 30000 --backlog 20000 $(BENCHFLAGS)
+	$(BIN) bench-scale --stored 30000 --burst 1000
+
+bench-scale: build services ## not in CI: 10,000,000 records stored, two 1,000,000-record bursts, ticks, queries, disk per record (SCALEFLAGS, e.g. --partitions 8)
+	$(BIN) bench-scale $(SCALEFLAGS)
+
+DURATION ?= 30m
+soak: build services ## not in CI: a steady load at half the peak for DURATION (default 30m); table and plot docs/soak.svg (SOAKFLAGS)
+	$(BIN) soak --duration $(DURATION) --plot docs/soak.svg $(SOAKFLAGS)
 
 chaos: build services ## the long fault run: 3,000 records, 2 minutes of kills, frozen and stopped pollers, lost Redis replies and outages, a Redis restart, poison results and misbehaving workers
 	$(BIN) chaos --records 3000 --faults 120s $(CHAOSFLAGS)

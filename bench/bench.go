@@ -293,6 +293,16 @@ func (e *env) insert(ctx context.Context, prefix string, n int, due time.Time) e
 // batches, until ctx ends (within a second: a blocking pop is not
 // interrupted). onJob, if set, sees each job as it arrives.
 func (e *env) workers(ctx context.Context, n int, onJob func(protocol.Job)) *sync.WaitGroup {
+	return e.workersAnswering(ctx, n, func(j protocol.Job) protocol.Result {
+		if onJob != nil {
+			onJob(j)
+		}
+		return protocol.Result{BigTableUID: j.BigTableUID, AttemptUID: j.AttemptUID, Type: protocol.Success}
+	})
+}
+
+// workersAnswering is workers with the answer to each job chosen by answer.
+func (e *env) workersAnswering(ctx context.Context, n int, answer func(protocol.Job) protocol.Result) *sync.WaitGroup {
 	var wg sync.WaitGroup
 	for range n {
 		wg.Go(func() {
@@ -310,12 +320,11 @@ func (e *env) workers(ctx context.Context, n int, onJob func(protocol.Job)) *syn
 					if err != nil {
 						continue
 					}
-					if onJob != nil {
-						onJob(j)
-					}
-					results = append(results, protocol.Result{BigTableUID: j.BigTableUID, AttemptUID: j.AttemptUID, Type: protocol.Success}.Encode())
+					results = append(results, answer(j).Encode())
 				}
-				e.rdb.RPush(context.WithoutCancel(ctx), e.names.Output, results...)
+				if len(results) > 0 {
+					e.rdb.RPush(context.WithoutCancel(ctx), e.names.Output, results...)
+				}
 			}
 		})
 	}
@@ -575,50 +584,10 @@ func percentile(v []float64, p float64) float64 {
 // scale times a scheduler tick that starts 1,000 due records with 10,000
 // and then ScaleRows records stored.
 func (e *env) scale(ctx context.Context) (small, large float64, err error) {
-	measure := func(stored int) (float64, error) {
-		if err := e.reset(ctx); err != nil {
-			return 0, err
-		}
-		if err := e.insert(ctx, "idle", stored-1000, time.Now().Add(24*time.Hour)); err != nil {
-			return 0, err
-		}
-		if err := e.insert(ctx, "due", 1000, time.Now().Add(-time.Second)); err != nil {
-			return 0, err
-		}
-		s := scheduler.New(e.st, e.q, scheduler.Config{Batch: 1000, Logger: e.log})
-		var best time.Duration
-		for round := range 7 {
-			if round > 0 { // make the same 1,000 due again
-				if _, err := e.db.ExecContext(ctx, `UPDATE bigtables SET attempt_uid = NULL, deadline_at = NULL, started_at = NULL,
-					attempt_no = 0, refresh_at = now() - interval '1 second' WHERE uid LIKE 'due%'`); err != nil {
-					return 0, err
-				}
-				e.rdb.Del(ctx, e.names.Input)
-			}
-			start := time.Now()
-			r, err := s.Tick(ctx)
-			d := time.Since(start)
-			if err != nil {
-				return 0, err
-			}
-			if r.Started != 1000 {
-				return 0, fmt.Errorf("tick started %d of 1000", r.Started)
-			}
-			if round > 0 && (best == 0 || d < best) { // round 0 warms caches
-				best = d
-			}
-			if round == 0 {
-				e.progress.update("  tick with %d rows stored: warming up", stored)
-			} else {
-				e.progress.update("  tick with %d rows stored: best %.1f ms", stored, float64(best.Microseconds())/1000)
-			}
-		}
-		return float64(best.Microseconds()) / 1000, nil
-	}
-	if small, err = measure(10_000); err != nil {
+	if small, err = e.tickStored(ctx, 10_000); err != nil {
 		return 0, 0, err
 	}
-	if large, err = measure(e.cfg.ScaleRows); err != nil {
+	if large, err = e.tickStored(ctx, e.cfg.ScaleRows); err != nil {
 		return 0, 0, err
 	}
 	return small, large, nil
@@ -708,19 +677,4 @@ func (e *env) pollerRSS(ctx context.Context) (small, large float64, err error) {
 		return 0, 0, err
 	}
 	return small, large, nil
-}
-
-// vmHWM reads a process's peak resident set size in KiB.
-func vmHWM(pid int) int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			n, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return n
-		}
-	}
-	return 0
 }

@@ -23,6 +23,8 @@
 //	web           serve the dashboard until SIGINT/SIGTERM
 //	worker-check  check that a worker in any language keeps the protocol
 //	bench         measure throughput, latency, scaling and memory
+//	bench-scale   10 M records stored, a 1 M-record burst
+//	soak          a steady load over time, plotted
 //	chaos         the fault run
 //	failover      the Redis failover run
 //	version       print the module version and VCS revision (also --version)
@@ -90,6 +92,8 @@ var commands = []command{
 	{"web", "serve the dashboard until SIGINT/SIGTERM: overview, records, dead letters, actions", runWeb},
 	{"worker-check", "check that a worker in any language keeps the protocol", runWorkerCheck},
 	{"bench", "measure throughput, latency, scaling and memory against local services", runBench},
+	{"bench-scale", "store 10 M records, time a 1 M-record burst, ticks, queries and disk per record", runBenchScale},
+	{"soak", "a steady load for a duration: throughput, latency, table sizes and RSS over time, plotted", runSoak},
 	{"chaos", "the fault run: kill, freeze and stop processes, drop Redis replies, restart Redis, misbehave, then check invariants", runChaos},
 	{"failover", "the failover run: kill the Sentinel-managed Redis master under load, measure what it costs", runFailover},
 	{"version", "print the module version and VCS revision (also --version)", runVersion},
@@ -317,6 +321,9 @@ var examples = map[string][]string{
 		"bigtables events --dead", "bigtables events requeue 42"},
 	"web": {"bigtables web                         # read-only, on 127.0.0.1:8080",
 		"BIGTABLES_ADMIN_TOKEN=... bigtables web --addr 127.0.0.1:8080   # with actions"},
+	"bench-scale": {"bigtables bench-scale                  # 10,000,000 records, two 1,000,000-record bursts",
+		"bigtables bench-scale --stored 100000 --burst 10000 --partitions 8 --json"},
+	"soak":       {"bigtables soak --duration 30m", "bigtables soak --duration 5m --rate 3000 --plot docs/soak.svg"},
 	"completion": {"bigtables completion bash > /etc/bash_completion.d/bigtables", "source <(bigtables completion zsh)"},
 }
 
