@@ -44,6 +44,10 @@ type State struct {
 	// Paused is set and cleared by a person (pause, resume): a paused
 	// record is never started. Transitions leave it alone.
 	Paused bool
+	// Parked is set while the record is due but held back because its
+	// upstream's breaker is open: no attempt was burned, attempt_no and
+	// refresh_at are kept. A manual update clears it.
+	Parked bool
 }
 
 // Running reports whether an attempt is in progress.
@@ -63,6 +67,8 @@ const (
 	PhaseDisabled Phase = "disabled"
 	// PhaseRunning: an attempt is in progress.
 	PhaseRunning Phase = "running"
+	// PhaseParked: due, but held back by its upstream's open breaker.
+	PhaseParked Phase = "parked"
 	// PhaseIdle: nothing is planned (a one-off record that succeeded, or a
 	// schedule with no more occurrences).
 	PhaseIdle Phase = "idle"
@@ -84,6 +90,8 @@ func (s State) Phase() Phase {
 		return PhaseDisabled
 	case s.Running():
 		return PhaseRunning
+	case s.Parked:
+		return PhaseParked
 	case s.RefreshAt.IsZero():
 		return PhaseIdle
 	case s.AttemptNo > 0:
@@ -94,7 +102,7 @@ func (s State) Phase() Phase {
 
 // Due reports whether the scheduler should start an attempt at now.
 func (s State) Due(now time.Time) bool {
-	return !s.Disabled && !s.Paused && !s.Running() && !s.RefreshAt.IsZero() && !s.RefreshAt.After(now)
+	return !s.Disabled && !s.Paused && !s.Parked && !s.Running() && !s.RefreshAt.IsZero() && !s.RefreshAt.After(now)
 }
 
 // TimedOut reports whether the running attempt's deadline has passed at now.
@@ -366,6 +374,7 @@ func Update(s State, now time.Time) (State, string) {
 	s.FailingSince, s.LastDelay = time.Time{}, 0
 	s.Disabled = false
 	s.DisabledReason = ""
+	s.Parked = false
 	s.RefreshAt = now
 	return s, cancelled
 }

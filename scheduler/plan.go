@@ -7,6 +7,7 @@ import (
 	"github.com/bigtables/bigtables/protocol"
 	"github.com/bigtables/bigtables/refresh"
 	"github.com/bigtables/bigtables/store"
+	"github.com/bigtables/bigtables/upstream"
 )
 
 // planOptions are what a tick's decisions depend on besides the rows and
@@ -22,6 +23,10 @@ type planOptions struct {
 	// timeoutUpTo is the latest deadline that may be timed out (see
 	// timeoutUpTo): an attempt past its deadline but after it is held.
 	timeoutUpTo time.Time
+	// upstreams are the locked upstreams of the rows, by name: their
+	// breakers and limits decide the starts (see upstreams.go). A row whose
+	// upstream is absent starts unlimited.
+	upstreams map[string]*upstream.Upstream
 }
 
 // start is one attempt started by a tick: its job, and what undoing it
@@ -41,11 +46,12 @@ type parked struct {
 // tickPlan is everything one tick decided, for the claim's transaction to
 // write and for the code after the commit to push.
 type tickPlan struct {
-	save   []store.Row          // rows whose state changed, to write in the transaction
-	ended  []store.Attempt      // attempts that ended (timed out, or ended by parking), for the history
-	starts []start              // attempts started: their jobs go out after the commit
-	cancel map[string]time.Time // attempts that ended, by uid, with their deadlines: tell their workers to stop
-	parked []parked             // rows disabled because their rules cannot be read
+	save         []store.Row          // rows whose state changed, to write in the transaction
+	ended        []store.Attempt      // attempts that ended (timed out, or ended by parking), for the history
+	starts       []start              // attempts started: their jobs go out after the commit
+	cancel       map[string]time.Time // attempts that ended, by uid, with their deadlines: tell their workers to stop
+	parked       []parked             // rows disabled because their rules cannot be read
+	upstreamPlan                      // rows parked by open breakers, held by limits, breaker transitions
 	// timedOut counts attempts failed with "timeout", disabled the records
 	// such a failure disabled, held the timeouts waiting for the pollers.
 	timedOut, disabled, held int
@@ -111,9 +117,10 @@ func planTick(rows []store.Row, now time.Time, opt planOptions) (tickPlan, error
 			}
 			p.ended = append(p.ended, store.Ended(row.UID, old, now, store.OutcomeTimeout, "timeout", step.Decision))
 			p.cancel[old.AttemptUID] = old.DeadlineAt
+			p.observe(opt.upstreams, row.Upstream, now)
 			changed = true
 		}
-		if st.Due(now) {
+		if st.Due(now) && p.admit(opt.upstreams, row, now) {
 			prev := st.RefreshAt
 			st, err = rules.Start(st, now, opt.newUID())
 			if err != nil {

@@ -184,6 +184,10 @@ type TickResult struct {
 	Late     int // starts whose jobs landed with less than half their timeout left (undone)
 	Parked   int // rows disabled because their stored schedule or policy cannot be read
 	Held     int // attempts past their deadline not timed out yet: their results may still be waiting
+	// BreakerParked counts due rows parked by their upstream's open
+	// breaker, Waiting those a limit of their upstream held back, Released
+	// the parked rows released (probes, or after a close).
+	BreakerParked, Waiting, Released int
 	// HeldWhy says why timeouts are held, when Held > 0.
 	HeldWhy string
 	Claimed int // rows claimed
@@ -207,10 +211,27 @@ func (s *Scheduler) Tick(ctx context.Context) (TickResult, error) {
 		if err != nil {
 			return err
 		}
+		waking, err := tx.WakingUpstreams(ctx, s.cfg.Batch)
+		if err != nil {
+			return err
+		}
+		ups, err := tx.LockUpstreams(ctx, append(upstreamsOf(rows), waking...))
+		if err != nil {
+			return err
+		}
 		plan, err = planTick(rows, now, planOptions{
-			rules: s.rules.Get, draw: s.cfg.Draw, newUID: s.cfg.NewUID, timeoutUpTo: upTo,
+			rules: s.rules.Get, draw: s.cfg.Draw, newUID: s.cfg.NewUID, timeoutUpTo: upTo, upstreams: ups,
 		})
 		if err != nil {
+			return err
+		}
+		if err := plan.wake(ctx, tx, ups, waking, now, s.cfg.Batch); err != nil {
+			return err
+		}
+		if err := tx.Park(ctx, plan.park); err != nil {
+			return err
+		}
+		if err := tx.SaveUpstreams(ctx, ups); err != nil {
 			return err
 		}
 		res.Claimed = len(rows)
@@ -230,6 +251,8 @@ func (s *Scheduler) Tick(ctx context.Context) (TickResult, error) {
 		return TickResult{}, fmt.Errorf("tick: %w", err)
 	}
 	res.TimedOut, res.Disabled, res.Parked, res.Held = plan.timedOut, plan.disabled, len(plan.parked), plan.held
+	res.BreakerParked, res.Waiting, res.Released = len(plan.park), plan.waiting, plan.released
+	s.logBreakers(plan.breakerEvents)
 	for _, p := range plan.parked {
 		s.log.Error("record parked: its stored schedule or policy cannot be read", "uid", p.uid, "reason", p.reason)
 	}
@@ -436,7 +459,8 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			backoff = 0
 			if res.Claimed > 0 || res.Late > 0 {
 				s.log.Info("tick", "started", res.Started, "timed_out", res.TimedOut, "disabled", res.Disabled,
-					"parked", res.Parked, "late_undone", res.Late, "held", res.Held)
+					"parked", res.Parked, "late_undone", res.Late, "held", res.Held,
+					"breaker_parked", res.BreakerParked, "waiting", res.Waiting, "released", res.Released)
 			}
 			if res.Claimed >= s.cfg.Batch {
 				pause = 0 // more may be due: go on at once
