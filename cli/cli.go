@@ -11,6 +11,8 @@
 //	pause         hold a record: never started, its running attempt cancelled
 //	resume        lift a pause
 //	run           refresh a record now, changing nothing else
+//	upstream      configure an upstream: upstream set NAME --max-in-flight N --rate R/s --breaker SPEC
+//	upstreams     list upstreams: breaker, failures, in flight, parked, next probe
 //	dead          list, requeue or purge dead letters
 //	stats         counts by phase, due lag, queue depths, live pollers
 //	plan          simulate a policy on a clock and print every attempt
@@ -74,6 +76,8 @@ var commands = []command{
 	{"pause", "hold a record: never started until resumed; its running attempt is cancelled", runPause},
 	{"resume", "lift a pause", runResume},
 	{"run", "refresh a record now, changing nothing else", runRun},
+	{"upstream", "configure an upstream: upstream set NAME --max-in-flight N --rate R/s --breaker SPEC", runUpstream},
+	{"upstreams", "list upstreams: breaker state, failures in the window, in flight, parked records, next probe", runUpstreams},
 	{"dead", "list, requeue or purge dead letters", runDead},
 	{"stats", "counts by phase, due lag, queue depths and live pollers (text or --json)", runStats},
 	{"plan", "simulate a policy on a clock and print every attempt", runPlan},

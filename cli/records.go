@@ -15,6 +15,7 @@ import (
 	"github.com/bigtables/bigtables/refresh"
 	"github.com/bigtables/bigtables/schedule"
 	"github.com/bigtables/bigtables/store"
+	"github.com/bigtables/bigtables/upstream"
 )
 
 func runMigrate(ctx context.Context, e env, args []string) error {
@@ -45,7 +46,7 @@ func runMigrate(ctx context.Context, e env, args []string) error {
 // defFlags are the flags that set a record's definition and policy.
 type defFlags struct {
 	inputURL, schedule, timeout, retries, onExhausted, giveUpAfter, refreshAt, policy string
-	strategy, expr                                                                    string
+	strategy, expr, upstream                                                          string
 	align                                                                             bool
 }
 
@@ -60,6 +61,7 @@ func (d *defFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&d.refreshAt, "refresh-at", "now", "first refresh: RFC 3339 time or now")
 	fs.StringVar(&d.policy, "policy", "", "whole policy as JSON, or a file holding it; other flags override its fields")
 	fs.StringVar(&d.strategy, "strategy", "", "retry strategy: JSON, or e.g. \"exponential initial=5s max=5m max_attempts=7 jitter=full\" (see README)")
+	fs.StringVar(&d.upstream, "upstream", "", "the upstream whose breaker and limits the record obeys (default: the host of --input-url; empty: back to it)")
 	fs.StringVar(&d.expr, "expr", "", "policy as sentences (\"Allow 1 hour for a response\\nOn the first failure, retry immediately\\nPanic\"), or a file holding them")
 }
 
@@ -72,6 +74,15 @@ func (d *defFlags) apply(set map[string]bool, def *store.Definition, pol *refres
 			return usageError{err.Error()}
 		}
 		def.InputURL = d.inputURL
+	}
+	if set["upstream"] {
+		if err := validUpstreamName(d.upstream, true); err != nil {
+			return usagef("--upstream: %v", err)
+		}
+		def.Upstream = d.upstream
+		if def.Upstream == "" {
+			def.Upstream = upstream.Name(def.InputURL)
+		}
 	}
 	if set["schedule"] {
 		s, err := schedule.Parse(d.schedule, now)
@@ -325,7 +336,7 @@ func runList(ctx context.Context, e env, args []string) error {
 	var phase string
 	fs := flagSet(e, "list", "list [--phase P] [--failing] [--overdue] [--disabled] [--json] [--limit N] [--after UID]", &cfg)
 	fs.BoolVar(&disabled, "disabled", false, "only disabled records")
-	fs.StringVar(&phase, "phase", "", "only records in this phase: waiting, running, retrying, disabled, paused or idle")
+	fs.StringVar(&phase, "phase", "", "only records in this phase: waiting, running, retrying, disabled, paused, idle or parked")
 	fs.BoolVar(&opt.Failing, "failing", false, "only records that failed since their last success")
 	fs.BoolVar(&opt.Overdue, "overdue", false, "only records due and not started yet")
 	fs.StringVar(&opt.After, "after", "", "start after this uid (the next page: the last uid printed)")
@@ -343,7 +354,7 @@ func runList(ctx context.Context, e env, args []string) error {
 			known = known || string(p) == phase
 		}
 		if !known {
-			return usagef("--phase %q: expected waiting, running, retrying, disabled, paused or idle", phase)
+			return usagef("--phase %q: expected waiting, running, retrying, disabled, paused, idle or parked", phase)
 		}
 	}
 	opt.DisabledOnly, opt.Phase, opt.Limit = disabled, refresh.Phase(phase), limit
@@ -418,6 +429,9 @@ type recordView struct {
 	CreatedAt      *string         `json:"created_at"`
 	UpdatedAt      *string         `json:"updated_at"`
 	Paused         bool            `json:"paused"`
+	Upstream       string          `json:"upstream"`
+	// ParkedAt is when an open breaker of its upstream parked the record.
+	ParkedAt *string `json:"parked_at,omitempty"`
 	// History is there only when asked for (show --history), [] if empty.
 	History *[]attemptView `json:"history,omitempty"`
 }
@@ -452,6 +466,8 @@ func recordJSON(r store.Row, history []store.Attempt) recordView {
 		CreatedAt:      jsonTime(r.CreatedAt),
 		UpdatedAt:      jsonTime(r.UpdatedAt),
 		Paused:         r.Paused,
+		Upstream:       r.Upstream,
+		ParkedAt:       jsonTime(r.ParkedAt),
 	}
 	if history != nil {
 		h := make([]attemptView, 0, len(history))

@@ -34,7 +34,7 @@ type loop struct {
 	jobs  []protocol.Job // every job the worker ran
 }
 
-func (l *loop) clock() time.Time { l.mu.Lock(); defer l.mu.Unlock(); return l.now }
+func (l *loop) clock() time.Time    { l.mu.Lock(); defer l.mu.Unlock(); return l.now }
 func (l *loop) add(d time.Duration) { l.mu.Lock(); l.now = l.now.Add(d); l.mu.Unlock() }
 
 func newLoop(t *testing.T) *loop {
