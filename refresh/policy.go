@@ -27,6 +27,7 @@ const (
 	MaxDelay   = 365 * 24 * time.Hour
 	MaxRetries = 100
 	MaxGiveUp  = MaxDuration
+	MaxSpread  = 7 * 24 * time.Hour
 )
 
 // ErrInvalidPolicy is wrapped by every error that reports a policy the
@@ -57,6 +58,14 @@ type Policy struct {
 	// GiveUpAfter, when not zero, makes any failure final once the record has
 	// been failing that long without a success (e.g. 1 week). Default 0: never.
 	GiveUpAfter Duration `json:"give_up_after,omitempty"`
+	// Spread, when not zero, adds to each planned refresh an offset within
+	// [0, Spread), stable per record (see Rules.ForRecord), so records on one
+	// schedule do not all fall due in the same second. At most 1 week.
+	Spread Duration `json:"spread,omitempty"`
+
+	// offset is the record's share of Spread, set by Rules.ForRecord and
+	// added to every planned refresh; never stored.
+	offset time.Duration
 }
 
 // DefaultPolicy returns the policy of the original BigTable refresh design
@@ -164,6 +173,9 @@ func (p Policy) Validate() error {
 	}
 	if p.GiveUpAfter < 0 || p.GiveUpAfter > Duration(MaxGiveUp) {
 		return bad("give_up_after %s: expected from 0s (never) to 10 years", p.GiveUpAfter)
+	}
+	if p.Spread < 0 || p.Spread > Duration(MaxSpread) {
+		return bad("spread %s: expected from 0s (none) to 1 week", p.Spread)
 	}
 	return nil
 }

@@ -154,7 +154,7 @@ func (r Rules) Start(s State, now time.Time, attemptUID string) (State, error) {
 	s.AttemptNo++
 	s.StartedAt = now
 	s.DeadlineAt = now.Add(time.Duration(r.Policy.Timeout))
-	s.RefreshAt = r.Schedule.Next(s.DeadlineAt)
+	s.RefreshAt = r.next(s.DeadlineAt)
 	return s, nil
 }
 
@@ -224,7 +224,7 @@ func (r Rules) Succeed(s State, now time.Time, rcv Received, attemptUID string) 
 	s = s.clearAttempt()
 	s.AttemptNo = 0
 	s.FailingSince, s.LastDelay = time.Time{}, 0
-	s.RefreshAt = r.Schedule.Next(now)
+	s.RefreshAt = r.next(now)
 	return s, nil
 }
 
@@ -317,7 +317,7 @@ func (r Rules) fail(s State, now time.Time, f Failure) (State, Step, error) {
 			s.FailingSince.UTC().Format(time.RFC3339), p.GiveUpAfter)
 		return final(s, f.Reason, why), Step{Decision: GaveUp}, nil
 	}
-	planned := r.Schedule.Next(now)
+	planned := r.next(now)
 	delay, ok := p.RetryStrategy().Delay(Input{
 		Failure: s.AttemptNo, FailingFor: now.Sub(s.FailingSince), Previous: s.LastDelay, Draw: f.Draw,
 	})

@@ -92,6 +92,7 @@ func planTick(rows []store.Row, now time.Time, opt planOptions) (tickPlan, error
 			continue
 		}
 		rules, err := opt.rules(row.Schedule, row.Policy)
+		rules = rules.ForRecord(row.UID)
 		if err != nil {
 			reason := parkReason(err)
 			if st.Running() {
