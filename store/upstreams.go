@@ -209,12 +209,16 @@ func (tx *Tx) Park(ctx context.Context, uids []string) error {
 
 // Unpark releases up to n parked records of the upstream, those due first
 // first (skipping rows another transaction holds), and returns how many.
-// They are due again at once, with their attempt_no and refresh_at.
+// They are due again at once, with their attempt_no and refresh_at. The
+// time parked is added to failing_since, so give_up_after (and strategies
+// that grow with the time failing) count the record's own failures, not
+// the upstream's outage.
 func (tx *Tx) Unpark(ctx context.Context, name string, n int) (int, error) {
 	if n <= 0 {
 		return 0, nil
 	}
-	res, err := tx.tx.ExecContext(ctx, `UPDATE bigtables SET parked_at = NULL, updated_at = $3
+	res, err := tx.tx.ExecContext(ctx, `UPDATE bigtables SET parked_at = NULL, updated_at = $3,
+			failing_since = failing_since + greatest($3 - parked_at, interval '0')
 		WHERE uid IN (SELECT uid FROM bigtables WHERE upstream = $1 AND parked_at IS NOT NULL
 			ORDER BY refresh_at LIMIT $2 FOR UPDATE SKIP LOCKED)`, name, n, tx.now)
 	if err != nil {
