@@ -47,7 +47,7 @@ func TestParseErrors(t *testing.T) {
 		{"DTSTART;TZID=Asia/Tokyo:00010101T080000\nRRULE:FREQ=MONTHLY", "DTSTART must be after"},
 		{"DTSTART:00000101T000000Z\nRRULE:FREQ=MONTHLY", "the year must be 0001 to 9999"},
 		{"DTSTART:20240101T000000Z\nRRULE:FREQ=DAILY;UNTIL=tomorrow", "UNTIL=TOMORROW"},
-		// The library would loop forever on these (LIBRARY-NOTES.md).
+		// The library would loop forever on these (docs/design.md, "Library traps we guard").
 		{"DTSTART:20240101T170000Z\nRRULE:FREQ=HOURLY;INTERVAL=2;BYHOUR=2", "can never fire"},
 		{"DTSTART:20240101T170100Z\nRRULE:FREQ=MINUTELY;INTERVAL=2;BYMINUTE=0,30", "can never fire"},
 		{"DTSTART:20240101T170001Z\nRRULE:FREQ=SECONDLY;INTERVAL=10;BYSECOND=0,30", "can never fire"},
@@ -281,7 +281,7 @@ func TestConcurrentNext(t *testing.T) {
 	wg.Wait()
 }
 
-// BenchmarkNextOldMinutely is the LIBRARY-NOTES trap: a MINUTELY rule whose
+// BenchmarkNextOldMinutely is the rrule-go cost trap of docs/design.md ("Library traps we guard"): a MINUTELY rule whose
 // DTSTART is ten years old (the library alone takes about a second per call).
 func BenchmarkNextOldMinutely(b *testing.B) {
 	now := utc("2026-11-21T10:00:30Z")
