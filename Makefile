@@ -91,7 +91,7 @@ screenshots: ## retake the dashboard screenshots in docs/ (headless Chromium)
 web: build services ## the dashboard on 127.0.0.1:8080 (read-only unless BIGTABLES_ADMIN_TOKEN is set)
 	$(BIN) web
 
-run: ## the demo, in database bigtables_demo and Redis lists bigtables-demo-*: four records, scheduler + poller + worker (Ctrl-C stops)
+run: ## the demo, in database bigtables_demo and Redis lists bigtables-demo-*: four records, scheduler + poller + worker + dashboard (:8080), metrics on :9100-9102 (Ctrl-C stops)
 	@scripts/demo.sh
 
 demo-reset: ## drop the demo's database (bigtables_demo) and its Redis keys (bigtables-demo-*)

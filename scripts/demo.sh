@@ -112,16 +112,27 @@ stop() {
     sleep 1
   fi
   stop_one poller
+  stop_one web
   wait # for the prefixers to print the last lines
   rm -rf "$fifos"
   "$bin" list
 }
 trap : INT TERM # interrupt the wait below; stop() then runs
 
-start scheduler scheduler --interval 500ms
-start poller poller
-start worker worker --concurrency 4 --exec "sh $here/scripts/demo-worker.sh"
-echo "running; Ctrl-C to stop."
+# Ports of the dashboard and of the processes' metrics and health endpoints:
+# DEMO_WEB_PORT (8080) and DEMO_METRICS_PORT (9100, then 9101 and 9102).
+web_port=${DEMO_WEB_PORT:-8080}
+m=${DEMO_METRICS_PORT:-9100}
+start scheduler scheduler --interval 500ms --http "127.0.0.1:$m"
+start poller poller --http "127.0.0.1:$((m + 1))"
+start worker worker --concurrency 4 --exec "sh $here/scripts/demo-worker.sh" --http "127.0.0.1:$((m + 2))"
+start web web --addr "127.0.0.1:$web_port"
+cat <<EOF
+running; Ctrl-C to stop.
+  dashboard:  http://127.0.0.1:$web_port/   (read-only; set BIGTABLES_ADMIN_TOKEN for actions)
+  metrics:    http://127.0.0.1:$m/metrics (scheduler), :$((m + 1))/metrics (poller), :$((m + 2))/metrics (worker)
+  health:     /healthz and /readyz on the same ports
+EOF
 waitfor=("${pid[@]}")
 if [ -n "${DEMO_SECONDS:-}" ]; then
   sleep "$DEMO_SECONDS" &
