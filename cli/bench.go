@@ -153,24 +153,12 @@ func runBenchScale(ctx context.Context, e env, args []string) error {
 	if _, err := parse(fs, args, 0); err != nil {
 		return err
 	}
-	if err := sc.Validate(); err != nil {
-		return usagef("%v", err)
-	}
-	if _, err := cfg.startProcess(e); err != nil {
+	res, printed, err := measure(e, cfg, sc.Validate(), *cpuProfile, asJSON, func() (bench.ScaleResult, error) {
+		sc.AdminURL, sc.RedisURL, sc.Progress = cfg.DatabaseURL, cfg.RedisURL, e.stderr
+		return bench.RunScale(ctx, sc)
+	})
+	if err != nil || printed {
 		return err
-	}
-	sc.AdminURL, sc.RedisURL, sc.Progress = cfg.DatabaseURL, cfg.RedisURL, e.stderr
-	stop, err := startProfile(*cpuProfile)
-	if err != nil {
-		return err
-	}
-	res, err := bench.RunScale(ctx, sc)
-	stop()
-	if err != nil {
-		return err
-	}
-	if asJSON {
-		return writeJSON(e, res)
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
 	row := func(name, value, note string) { fmt.Fprintf(tw, "%s\t%s\t  %s\t\n", name, value, note) }
@@ -239,24 +227,12 @@ func runSoak(ctx context.Context, e env, args []string) error {
 	if _, err := parse(fs, args, 0); err != nil {
 		return err
 	}
-	if err := sc.Validate(); err != nil {
-		return usagef("%v", err)
-	}
-	if _, err := cfg.startProcess(e); err != nil {
+	res, printed, err := measure(e, cfg, sc.Validate(), *cpuProfile, asJSON, func() (bench.SoakResult, error) {
+		sc.AdminURL, sc.RedisURL, sc.Progress = cfg.DatabaseURL, cfg.RedisURL, e.stderr
+		return bench.RunSoak(ctx, sc)
+	})
+	if err != nil || printed {
 		return err
-	}
-	sc.AdminURL, sc.RedisURL, sc.Progress = cfg.DatabaseURL, cfg.RedisURL, e.stderr
-	stop, err := startProfile(*cpuProfile)
-	if err != nil {
-		return err
-	}
-	res, err := bench.RunSoak(ctx, sc)
-	stop()
-	if err != nil {
-		return err
-	}
-	if asJSON {
-		return writeJSON(e, res)
 	}
 	fmt.Fprintf(e.stdout, "%s records every %d min, target %.0f cycles/s", thousands(res.Records), res.Period, res.Rate)
 	if res.PeakCyclesPerSec > 0 {
@@ -285,4 +261,27 @@ func runSoak(ctx context.Context, e env, args []string) error {
 		fmt.Fprintf(e.stderr, "target missed: throughput drift %.1f%%; target <= %.0f%%\n", 100*res.Drift, 100*bench.TargetSoakDrift)
 	}
 	return nil
+}
+
+// measure is what bench-scale and soak share: it refuses an invalid
+// configuration (invalid, from its Validate), sets up the long-running
+// process, runs fn under an optional CPU profile, and prints the result as
+// JSON when asked (printed reports that it did).
+func measure[R any](e env, cfg Config, invalid error, cpuProfile string, asJSON bool, fn func() (R, error)) (res R, printed bool, err error) {
+	if invalid != nil {
+		return res, false, usagef("%v", invalid)
+	}
+	if _, err := cfg.startProcess(e); err != nil {
+		return res, false, err
+	}
+	stop, err := startProfile(cpuProfile)
+	if err != nil {
+		return res, false, err
+	}
+	res, err = fn()
+	stop()
+	if err != nil || !asJSON {
+		return res, false, err
+	}
+	return res, true, writeJSON(e, res)
 }

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io"
 	"sort"
 	"time"
 
@@ -49,17 +50,7 @@ func runChaos(ctx context.Context, e env, args []string) error {
 		for _, k := range sortedKeys(rep.Pushed) {
 			fmt.Fprintf(w, "  %6d  %s\n", rep.Pushed[k], k)
 		}
-		fmt.Fprintln(w, "invariants:")
-		for _, inv := range rep.Invariants {
-			verdict := "ok"
-			if len(inv.Violations) > 0 {
-				verdict = fmt.Sprintf("%d VIOLATIONS", len(inv.Violations))
-			}
-			fmt.Fprintf(w, "  %-4s %s (%d checked)\n", verdict, inv.Name, inv.Checked)
-			for _, v := range inv.Violations {
-				fmt.Fprintf(w, "         - %s\n", v)
-			}
-		}
+		printInvariants(w, rep.Invariants, 0) // the run already cut each list to 20
 		if rep.Refusal != "" {
 			fmt.Fprintf(w, "a refused duplicate poller said: %s\n", rep.Refusal)
 		}
@@ -81,4 +72,24 @@ func sortedKeys(m map[string]int) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// printInvariants prints each checked invariant with its verdict and its
+// violations, at most limit of them (0: all), for chaos and failover.
+func printInvariants(w io.Writer, invs []chaos.Invariant, limit int) {
+	fmt.Fprintln(w, "invariants:")
+	for _, inv := range invs {
+		verdict := "ok"
+		if len(inv.Violations) > 0 {
+			verdict = fmt.Sprintf("%d VIOLATIONS", len(inv.Violations))
+		}
+		fmt.Fprintf(w, "  %-4s %s (%d checked)\n", verdict, inv.Name, inv.Checked)
+		for i, v := range inv.Violations {
+			if limit > 0 && i == limit {
+				fmt.Fprintf(w, "         ... and %d more\n", len(inv.Violations)-limit)
+				break
+			}
+			fmt.Fprintf(w, "         - %s\n", v)
+		}
+	}
 }

@@ -65,21 +65,7 @@ func runFailover(ctx context.Context, e env, args []string) error {
 		fmt.Fprintf(w, "other effects of the outage:\n")
 		fmt.Fprintf(w, "  %6d  results delayed past their deadline: their attempts timed out\n", rep.Late)
 		fmt.Fprintf(w, "  %6d  records whose timed-out attempt was re-driven by a successful retry\n", rep.ReDriven)
-		fmt.Fprintln(w, "invariants:")
-		for _, inv := range rep.Invariants {
-			verdict := "ok"
-			if len(inv.Violations) > 0 {
-				verdict = fmt.Sprintf("%d VIOLATIONS", len(inv.Violations))
-			}
-			fmt.Fprintf(w, "  %-4s %s (%d checked)\n", verdict, inv.Name, inv.Checked)
-			for i, v := range inv.Violations {
-				if i == 20 {
-					fmt.Fprintf(w, "         ... and %d more\n", len(inv.Violations)-20)
-					break
-				}
-				fmt.Fprintf(w, "         - %s\n", v)
-			}
-		}
+		printInvariants(w, rep.Invariants, 20)
 	}
 	if rep.Violations() > 0 {
 		return fmt.Errorf("%d invariant violations", rep.Violations())
