@@ -8,7 +8,6 @@ import (
 	"github.com/bigtables/bigtables/internal/testsvc"
 	"github.com/bigtables/bigtables/refresh"
 	"github.com/bigtables/bigtables/store"
-	"github.com/jmoiron/sqlx"
 )
 
 // BenchmarkOperatorReads measures what stats and list cost on 1,000,000
@@ -18,20 +17,7 @@ import (
 //	go test -run XXX -bench OperatorReads -benchtime=20x ./store
 func BenchmarkOperatorReads(b *testing.B) {
 	ctx := context.Background()
-	dbURL := testsvc.Database(b)
-	s, err := store.Open(ctx, dbURL)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
-	if _, err := s.Migrate(ctx); err != nil {
-		b.Fatal(err)
-	}
-	db, err := sqlx.Open("postgres", dbURL)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer db.Close()
+	s, db := testsvc.StoreWithDB(b)
 	for _, q := range []string{
 		`INSERT INTO bigtables (uid, input_url, policy, refresh_at, attempt_uid, deadline_at, attempt_no, failing_since,
 			disabled_until_update, disabled_reason, paused)

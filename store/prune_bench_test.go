@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/bigtables/bigtables/internal/testsvc"
-	"github.com/bigtables/bigtables/store"
-	"github.com/jmoiron/sqlx"
 )
 
 // BenchmarkPruneSteps measures the history retention's steps on 2,000
@@ -19,20 +17,7 @@ import (
 //	go test -run XXX -bench PruneSteps -benchtime=1x ./store
 func BenchmarkPruneSteps(b *testing.B) {
 	ctx := context.Background()
-	dbURL := testsvc.Database(b)
-	s, err := store.Open(ctx, dbURL)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
-	if _, err := s.Migrate(ctx); err != nil {
-		b.Fatal(err)
-	}
-	db, err := sqlx.Open("postgres", dbURL)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer db.Close()
+	s, db := testsvc.StoreWithDB(b)
 	const records, per = 2000, 200
 	for _, q := range []string{
 		`INSERT INTO bigtables (uid, input_url, policy) SELECT 'r' || lpad(i::text, 6, '0'), 'http://x', '{}' FROM generate_series(1, 2000) i`,

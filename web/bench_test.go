@@ -11,8 +11,6 @@ import (
 
 	"github.com/bigtables/bigtables/internal/testsvc"
 	"github.com/bigtables/bigtables/queue"
-	"github.com/bigtables/bigtables/store"
-	"github.com/jmoiron/sqlx"
 )
 
 // BenchmarkPages1M measures the dashboard's pages, whole HTTP answers
@@ -24,20 +22,7 @@ import (
 //	go test -run XXX -bench Pages1M -benchtime=20x ./web
 func BenchmarkPages1M(b *testing.B) {
 	ctx := context.Background()
-	dbURL := testsvc.Database(b)
-	st, err := store.Open(ctx, dbURL)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer st.Close()
-	if _, err := st.Migrate(ctx); err != nil {
-		b.Fatal(err)
-	}
-	db, err := sqlx.Open("postgres", dbURL)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer db.Close()
+	st, db := testsvc.StoreWithDB(b)
 	for _, q := range []string{
 		`INSERT INTO bigtables (uid, input_url, policy, refresh_at, attempt_uid, started_at, deadline_at, attempt_no, failing_since,
 			disabled_until_update, disabled_reason, paused)

@@ -152,8 +152,27 @@ func DeleteKeys(ctx context.Context, rdb redis.UniversalClient, pattern string) 
 // Store opens a migrated store on a fresh database for the test.
 func Store(t testing.TB) *store.Store {
 	t.Helper()
+	return migrated(t, Database(t))
+}
+
+// StoreWithDB is Store plus a plain connection to the same database, for
+// tests and benchmarks that seed rows with SQL; both close when the test ends.
+func StoreWithDB(t testing.TB) (*store.Store, *sqlx.DB) {
+	t.Helper()
+	dbURL := Database(t)
+	st := migrated(t, dbURL)
+	db, err := sqlx.Open("postgres", dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return st, db
+}
+
+func migrated(t testing.TB, dbURL string) *store.Store {
+	t.Helper()
 	ctx := context.Background()
-	st, err := store.Open(ctx, Database(t))
+	st, err := store.Open(ctx, dbURL)
 	if err != nil {
 		t.Fatal(err)
 	}
