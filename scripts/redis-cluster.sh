@@ -10,6 +10,7 @@
 #
 # PORT defaults to $REDIS_CLUSTER_PORT, else 7101.
 set -eu
+. "$(dirname "$0")/redis-common.sh"
 
 action=${1:-}
 port=${2:-${REDIS_CLUSTER_PORT:-7101}}
@@ -60,13 +61,10 @@ stop() {
     pid=$(cat "$dir/$p.pid")
     # Only a redis-server of ours: its title names its port.
     if grep -qa "127.0.0.1:$p" "/proc/$pid/cmdline" 2>/dev/null; then
-      kill "$pid" 2>/dev/null && pids+=("$pid")
+      pids+=("$pid")
     fi
   done
-  for pid in "${pids[@]}"; do
-    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$pid" 2>/dev/null || true
-  done
+  stop_pids "${pids[@]}"
   rm -rf "$dir"
 }
 

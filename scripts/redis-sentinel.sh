@@ -19,6 +19,7 @@
 # only after the Sentinels have promoted its replica, or the replica copies
 # the empty restarted master.
 set -eu
+. "$(dirname "$0")/redis-common.sh"
 
 action=${1:-}
 port=${2:-${REDIS_SENTINEL_PORT:-7111}}
@@ -112,14 +113,10 @@ stop() {
   local pids=()
   for p in $data $sentinels; do
     if ours "$p"; then
-      pid=$(cat "$dir/$p.pid")
-      kill "$pid" 2>/dev/null && pids+=("$pid")
+      pids+=("$(cat "$dir/$p.pid")")
     fi
   done
-  for pid in "${pids[@]}"; do
-    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$pid" 2>/dev/null || true
-  done
+  stop_pids "${pids[@]}"
   rm -rf "$dir"
 }
 
