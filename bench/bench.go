@@ -56,7 +56,7 @@ type Config struct {
 	// Progress receives a progress line while the bench runs.
 	Progress io.Writer
 	// Only, when not empty, runs only the named steps: e2e, baseline, two,
-	// alone, latency, scale, memory.
+	// alone, latency, scale, memory, upstreams.
 	Only []string
 }
 
@@ -108,6 +108,8 @@ type Result struct {
 	PollerSmallBacklog     int     `json:"poller_small_backlog"`
 	PollerRSSRatio         float64 `json:"poller_rss_ratio"`
 	PollerRSSSkippedReason string  `json:"poller_rss_skipped,omitempty"`
+	// Upstreams holds the upstreams scenario's figures when it ran.
+	Upstreams *UpstreamsResult `json:"upstreams,omitempty"`
 }
 
 // env is one isolated database and key prefix.
@@ -181,6 +183,11 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			if errors.As(err, &skip) {
 				res.PollerRSSSkippedReason, err = string(skip), nil
 			}
+			return err
+		}},
+		{"upstreams", "10 upstreams, one dead for a while", func() error {
+			r, err := e.upstreams(ctx)
+			res.Upstreams = &r
 			return err
 		}},
 	}

@@ -11,6 +11,8 @@
 //	pause         hold a record: never started, its running attempt cancelled
 //	resume        lift a pause
 //	run           refresh a record now, changing nothing else
+//	upstream      configure an upstream: upstream set NAME --max-in-flight N --rate R/s --breaker SPEC
+//	upstreams     list upstreams: breaker, failures, in flight, parked, next probe
 //	dead          list, requeue or purge dead letters
 //	stats         counts by phase, due lag, queue depths, live pollers
 //	plan          simulate a policy on a clock and print every attempt
@@ -80,6 +82,8 @@ var commands = []command{
 	{"pause", "hold a record: never started until resumed; its running attempt is cancelled", runPause},
 	{"resume", "lift a pause", runResume},
 	{"run", "refresh a record now, changing nothing else", runRun},
+	{"upstream", "configure an upstream: upstream set NAME --max-in-flight N --rate R/s --breaker SPEC", runUpstream},
+	{"upstreams", "list upstreams: breaker state, failures in the window, in flight, parked records, next probe", runUpstreams},
 	{"dead", "list, requeue or purge dead letters", runDead},
 	{"stats", "counts by phase, due lag, queue depths and live pollers (text or --json)", runStats},
 	{"plan", "simulate a policy on a clock and print every attempt", runPlan},
@@ -281,6 +285,8 @@ var sharedFlags = map[string]int{
 	"notifier":     takesDatabase | takesRedis | takesQueues, // the events list shares the queues' hash tag
 	"events":       takesDatabase,
 	"web":          takesDatabase | takesRedis | takesQueues,
+	"upstream":     takesDatabase,
+	"upstreams":    takesDatabase,
 }
 
 // examples are the lines each command's help ends with.
@@ -323,7 +329,11 @@ var examples = map[string][]string{
 		"BIGTABLES_ADMIN_TOKEN=... bigtables web --addr 127.0.0.1:8080   # with actions"},
 	"bench-scale": {"bigtables bench-scale                  # 10,000,000 records, two 1,000,000-record bursts",
 		"bigtables bench-scale --stored 100000 --burst 10000 --partitions 8 --json"},
-	"soak":       {"bigtables soak --duration 30m", "bigtables soak --duration 5m --rate 3000 --plot docs/soak.svg"},
+	"soak": {"bigtables soak --duration 30m", "bigtables soak --duration 5m --rate 3000 --plot docs/soak.svg"},
+	"upstream": {"bigtables upstream set partner --max-in-flight 20 --rate 5/s",
+		"bigtables upstream set api.example.com --breaker 'consecutive=3 cool-down=1m'",
+		"bigtables upstream set flaky.example.com --breaker off"},
+	"upstreams":  {"bigtables upstreams", "bigtables upstreams --json"},
 	"completion": {"bigtables completion bash > /etc/bash_completion.d/bigtables", "source <(bigtables completion zsh)"},
 }
 

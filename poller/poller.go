@@ -316,6 +316,9 @@ func (p *Poller) apply(ctx context.Context, items []item, rcv refresh.Received, 
 		done.merge(plan)
 		p.applied.Add(int64(plan.applied))
 		p.stale.Add(int64(len(plan.stale)))
+		for _, t := range plan.breakerEvents {
+			p.log.Warn("upstream breaker "+string(t.To), "upstream", t.Upstream, "from", t.From, "why", t.Why, "cool_down", t.CoolDown)
+		}
 		for _, s := range plan.stale {
 			p.log.Debug("stale result discarded", "uid", s.res.BigTableUID, "attempt_uid", s.res.AttemptUID,
 				"current_attempt_uid", s.current, "type", s.res.Type, "why", s.why)
@@ -365,6 +368,9 @@ func (p *Poller) applyTx(ctx context.Context, items []item, rcv refresh.Received
 		}
 		plan = applyBatch(rows, busy, items, tx.Now(), rcv, p.rules, p.cfg.Draw)
 		if err := tx.Save(ctx, plan.save); err != nil {
+			return err
+		}
+		if err := p.applyUpstreams(ctx, tx, &plan); err != nil {
 			return err
 		}
 		if err := tx.RecordAttempts(ctx, plan.finished); err != nil {

@@ -7,6 +7,7 @@ import (
 	"github.com/bigtables/bigtables/protocol"
 	"github.com/bigtables/bigtables/refresh"
 	"github.com/bigtables/bigtables/store"
+	"github.com/bigtables/bigtables/upstream"
 )
 
 // planOptions are what a tick's decisions depend on besides the rows and
@@ -31,6 +32,10 @@ type planOptions struct {
 	// unknownPushUpTo is the latest deadline timed out although whether its
 	// job was pushed is unknown (now - MaxResultWait).
 	unknownPushUpTo time.Time
+	// upstreams are the locked upstreams of the rows, by name: their
+	// breakers and limits decide the starts (see upstreams.go). A row whose
+	// upstream is absent starts unlimited.
+	upstreams map[string]*upstream.Upstream
 }
 
 // start is one attempt started by a tick: its job, and what undoing it
@@ -50,13 +55,14 @@ type parked struct {
 // tickPlan is everything one tick decided, for the claim's transaction to
 // write and for the code after the commit to push.
 type tickPlan struct {
-	save     []store.Row          // rows whose state changed, to write in the transaction
-	ended    []store.Attempt      // attempts that ended (timed out, or ended by parking), for the history
-	starts   []start              // attempts started: their jobs go out after the commit
-	cancel   map[string]time.Time // attempts that ended, by uid, with their deadlines: tell their workers to stop
-	parked   []parked             // rows disabled because their rules cannot be read
-	redriven []redriven           // starts undone because their jobs were never pushed (started again)
-	events   []store.Event        // the transitions' events, written in the same transaction
+	save         []store.Row          // rows whose state changed, to write in the transaction
+	ended        []store.Attempt      // attempts that ended (timed out, or ended by parking), for the history
+	starts       []start              // attempts started: their jobs go out after the commit
+	cancel       map[string]time.Time // attempts that ended, by uid, with their deadlines: tell their workers to stop
+	parked       []parked             // rows disabled because their rules cannot be read
+	redriven     []redriven           // starts undone because their jobs were never pushed (started again)
+	events       []store.Event        // the transitions' events, written in the same transaction
+	upstreamPlan                      // rows parked by open breakers, held by limits, breaker transitions
 	// timedOut counts attempts failed with "timeout", disabled the records
 	// such a failure disabled, held the timeouts waiting for the pollers.
 	timedOut, disabled, held int
@@ -98,6 +104,7 @@ func planTick(rows []store.Row, now time.Time, opt planOptions) (tickPlan, error
 			continue
 		}
 		rules, err := opt.rules(row.Schedule, row.Policy)
+		rules = rules.ForRecord(row.UID)
 		if err != nil {
 			reason := parkReason(err)
 			if st.Running() {
@@ -131,9 +138,10 @@ func planTick(rows []store.Row, now time.Time, opt planOptions) (tickPlan, error
 			p.ended = append(p.ended, store.Ended(row.UID, old, now, store.OutcomeTimeout, "timeout", step.Decision))
 			p.events = append(p.events, store.TransitionEvents(row.UID, old, st, step.Decision, now)...)
 			p.cancel[old.AttemptUID] = old.DeadlineAt
+			p.observe(opt.upstreams, row.Upstream, now)
 			changed = true
 		}
-		if st.Due(now) {
+		if st.Due(now) && p.admit(opt.upstreams, row, now) {
 			prev := st.RefreshAt
 			st, err = rules.Start(st, now, opt.newUID())
 			if err != nil {

@@ -194,6 +194,10 @@ type TickResult struct {
 	Late     int // starts whose jobs landed with less than half their timeout left (undone)
 	Parked   int // rows disabled because their stored schedule or policy cannot be read
 	Held     int // attempts past their deadline not timed out yet: their results may still be waiting
+	// BreakerParked counts due rows parked by their upstream's open
+	// breaker, Waiting those a limit of their upstream held back, Released
+	// the parked rows released (probes, or after a close).
+	BreakerParked, Waiting, Released int
 	// HeldWhy says why timeouts are held, when Held > 0.
 	HeldWhy string
 	Claimed int // rows claimed
@@ -219,6 +223,14 @@ func (s *Scheduler) Tick(ctx context.Context) (TickResult, error) {
 		if err != nil {
 			return err
 		}
+		waking, err := tx.WakingUpstreams(ctx, s.cfg.Batch)
+		if err != nil {
+			return err
+		}
+		ups, err := tx.LockUpstreams(ctx, append(upstreamsOf(rows), waking...))
+		if err != nil {
+			return err
+		}
 		// Which of the expired attempts' jobs were ever pushed: asked
 		// before planning, so that the plan stays pure.
 		var pushes map[string]time.Time
@@ -226,8 +238,18 @@ func (s *Scheduler) Tick(ctx context.Context) (TickResult, error) {
 		plan, err = planTick(rows, now, planOptions{
 			rules: s.rules.Get, draw: s.cfg.Draw, newUID: s.cfg.NewUID, timeoutUpTo: upTo,
 			pushToken: token, pushes: pushes, unknownPushUpTo: now.Add(-s.cfg.MaxResultWait),
+			upstreams: ups,
 		})
 		if err != nil {
+			return err
+		}
+		if err := plan.wake(ctx, tx, ups, waking, now, s.cfg.Batch); err != nil {
+			return err
+		}
+		if err := tx.Park(ctx, plan.park); err != nil {
+			return err
+		}
+		if err := tx.SaveUpstreams(ctx, ups); err != nil {
 			return err
 		}
 		res.Claimed = len(rows)
@@ -261,6 +283,8 @@ func (s *Scheduler) Tick(ctx context.Context) (TickResult, error) {
 		s.log.Warn("attempts whose jobs were never pushed started again instead of timing out",
 			"redriven", res.Redriven, "first_uid", plan.redriven[0].uid, "first_attempt_uid", plan.redriven[0].attemptUID)
 	}
+	res.BreakerParked, res.Waiting, res.Released = len(plan.park), plan.waiting, plan.released
+	s.logBreakers(plan.breakerEvents)
 	for _, p := range plan.parked {
 		s.log.Error("record parked: its stored schedule or policy cannot be read", "uid", p.uid, "reason", p.reason)
 	}
@@ -472,7 +496,8 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			backoff = 0
 			if res.Claimed > 0 || res.Late > 0 {
 				s.log.Info("tick", "started", res.Started, "timed_out", res.TimedOut, "redriven", res.Redriven, "disabled", res.Disabled,
-					"parked", res.Parked, "late_undone", res.Late, "held", res.Held)
+					"parked", res.Parked, "late_undone", res.Late, "held", res.Held,
+					"breaker_parked", res.BreakerParked, "waiting", res.Waiting, "released", res.Released)
 			}
 			if res.Claimed >= s.cfg.Batch {
 				pause = 0 // more may be due: go on at once

@@ -1,0 +1,94 @@
+package scheduler
+
+import (
+	"context"
+	"time"
+
+	"github.com/bigtables/bigtables/store"
+	"github.com/bigtables/bigtables/upstream"
+)
+
+// upstreamPlan is what the upstreams' breakers and limits decided in a
+// tick (docs/design.md, "Upstreams").
+type upstreamPlan struct {
+	// park are the due rows held back by an open breaker: parked, with no
+	// attempt burned and their attempt_no and refresh_at kept.
+	park []string
+	// waiting counts the due rows a limit (in flight, rate) held back:
+	// they stay due and are claimed again later.
+	waiting int
+	// breakerEvents are the breakers' transitions, to log and to publish
+	// as events (breaker_opened, breaker_half_open, breaker_closed).
+	breakerEvents []upstream.Transition
+	// released counts the parked rows released (probes, or after a close).
+	released int
+}
+
+// upstreamsOf lists the upstreams of the rows.
+func upstreamsOf(rows []store.Row) []string {
+	names := make([]string, 0, len(rows))
+	for _, r := range rows {
+		names = append(names, r.Upstream)
+	}
+	return names
+}
+
+// admit asks the row's upstream whether the due row starts now; if not,
+// the row is parked (open breaker) or left due (a limit).
+func (p *upstreamPlan) admit(ups map[string]*upstream.Upstream, row store.Row, now time.Time) bool {
+	u := ups[row.Upstream]
+	if u == nil {
+		return true
+	}
+	v, tr := u.Admit(now)
+	p.transition(tr)
+	switch v {
+	case upstream.Park:
+		p.park = append(p.park, row.UID)
+	case upstream.Wait:
+		p.waiting++
+	}
+	return v == upstream.Start
+}
+
+// observe counts a timeout as a failure of the row's upstream.
+func (p *upstreamPlan) observe(ups map[string]*upstream.Upstream, name string, now time.Time) {
+	if u := ups[name]; u != nil {
+		p.transition(u.Observe(upstream.Failed, now))
+	}
+}
+
+func (p *upstreamPlan) transition(tr *upstream.Transition) {
+	if tr != nil {
+		p.breakerEvents = append(p.breakerEvents, *tr)
+	}
+}
+
+// wake turns the open breakers whose cool-down is over half-open and
+// releases their probes, and releases the next share of the parked rows of
+// closed breakers, at most batch per upstream. The released rows are due at
+// once and are claimed by the next tick.
+func (p *upstreamPlan) wake(ctx context.Context, tx *store.Tx, ups map[string]*upstream.Upstream, names []string, now time.Time, batch int) error {
+	for _, name := range names {
+		u := ups[name]
+		if u == nil {
+			continue
+		}
+		n, tr := u.Wake(now, batch)
+		p.transition(tr)
+		got, err := tx.Unpark(ctx, name, n)
+		if err != nil {
+			return err
+		}
+		u.Released(n, got)
+		p.released += got
+	}
+	return nil
+}
+
+// logBreakers logs the breakers' transitions.
+func (s *Scheduler) logBreakers(events []upstream.Transition) {
+	for _, t := range events {
+		s.log.Warn("upstream breaker "+string(t.To), "upstream", t.Upstream, "from", t.From, "why", t.Why, "cool_down", t.CoolDown)
+	}
+}
