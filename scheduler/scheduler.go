@@ -246,9 +246,6 @@ func (s *Scheduler) Tick(ctx context.Context) (TickResult, error) {
 		if err := plan.wake(ctx, tx, ups, waking, now, s.cfg.Batch); err != nil {
 			return err
 		}
-		if err := tx.Park(ctx, plan.park); err != nil {
-			return err
-		}
 		if err := tx.SaveUpstreams(ctx, ups); err != nil {
 			return err
 		}
@@ -261,6 +258,12 @@ func (s *Scheduler) Tick(ctx context.Context) (TickResult, error) {
 			plan.held += n
 		}
 		if err := tx.Save(ctx, plan.save); err != nil {
+			return err
+		}
+		// Parked after the save: a row can be both (a timed-out attempt
+		// whose retry is due at once, parked by an open breaker), and Save
+		// finds rows by the ctid they were locked with, which Park changes.
+		if err := tx.Park(ctx, plan.park); err != nil {
 			return err
 		}
 		if err := tx.WriteEvents(ctx, plan.events); err != nil {
