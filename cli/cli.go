@@ -324,7 +324,7 @@ var examples = map[string][]string{
 	"notifier": {"bigtables notifier --webhook https://hooks.example.com/bigtables   # BIGTABLES_WEBHOOK_SECRET signs",
 		"bigtables notifier --allow-host '*.example.com' --events-list bigtables-events --keep 720h"},
 	"events": {"bigtables events --uid report-1", "bigtables events --follow --type disabled --json",
-		"bigtables events --dead", "bigtables events requeue 42"},
+		"bigtables events --upstream partner --type breaker_opened", "bigtables events --dead", "bigtables events requeue 42"},
 	"web": {"bigtables web                         # read-only, on 127.0.0.1:8080",
 		"BIGTABLES_ADMIN_TOKEN=... bigtables web --addr 127.0.0.1:8080   # with actions"},
 	"bench-scale": {"bigtables bench-scale                  # 10,000,000 records, two 1,000,000-record bursts",

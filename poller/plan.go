@@ -60,8 +60,8 @@ type batchPlan struct {
 	// observed are the attempts the results ended, for their upstreams'
 	// breakers (see upstreams.go).
 	observed []observation
-	// breakerEvents are the transitions of those breakers, to log and to
-	// publish as events (breaker_opened, breaker_closed).
+	// breakerEvents are the transitions of those breakers; their events
+	// (store.BreakerEvents) join events.
 	breakerEvents []upstream.Transition
 }
 

@@ -316,8 +316,11 @@ func (p *Poller) apply(ctx context.Context, items []item, rcv refresh.Received, 
 		done.merge(plan)
 		p.applied.Add(int64(plan.applied))
 		p.stale.Add(int64(len(plan.stale)))
-		for _, t := range plan.breakerEvents {
-			p.log.Warn("upstream breaker "+string(t.To), "upstream", t.Upstream, "from", t.From, "why", t.Why, "cool_down", t.CoolDown)
+		for _, e := range plan.events {
+			if e.Type.Breaker() {
+				msg, args := e.BreakerLog()
+				p.log.Warn(msg, args...)
+			}
 		}
 		for _, s := range plan.stale {
 			p.log.Debug("stale result discarded", "uid", s.res.BigTableUID, "attempt_uid", s.res.AttemptUID,

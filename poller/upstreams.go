@@ -45,7 +45,8 @@ func observeAll(ups map[string]*upstream.Upstream, obs []observation, now time.T
 
 // applyUpstreams updates the breakers of the batch's upstreams in the
 // transaction that applies the results: locked after the records' rows, in
-// name order, so every poller and scheduler sees one state.
+// name order, so every poller and scheduler sees one state. The breakers'
+// transitions join the plan's events, written in the same transaction.
 func (p *Poller) applyUpstreams(ctx context.Context, tx *store.Tx, plan *batchPlan) error {
 	if len(plan.observed) == 0 {
 		return nil
@@ -59,5 +60,13 @@ func (p *Poller) applyUpstreams(ctx context.Context, tx *store.Tx, plan *batchPl
 		return err
 	}
 	plan.breakerEvents = observeAll(ups, plan.observed, tx.Now())
-	return tx.SaveUpstreams(ctx, ups)
+	if err := tx.SaveUpstreams(ctx, ups); err != nil {
+		return err
+	}
+	events, err := tx.BreakerEvents(ctx, plan.breakerEvents)
+	if err != nil {
+		return err
+	}
+	plan.events = append(plan.events, events...)
+	return nil
 }

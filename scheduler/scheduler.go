@@ -246,9 +246,6 @@ func (s *Scheduler) Tick(ctx context.Context) (TickResult, error) {
 		if err := plan.wake(ctx, tx, ups, waking, now, s.cfg.Batch); err != nil {
 			return err
 		}
-		if err := tx.Park(ctx, plan.park); err != nil {
-			return err
-		}
 		if err := tx.SaveUpstreams(ctx, ups); err != nil {
 			return err
 		}
@@ -263,6 +260,19 @@ func (s *Scheduler) Tick(ctx context.Context) (TickResult, error) {
 		if err := tx.Save(ctx, plan.save); err != nil {
 			return err
 		}
+		// Parked after the save: a row can be both (a timed-out attempt
+		// whose retry is due at once, parked by an open breaker), and Save
+		// finds rows by the ctid they were locked with, which Park changes.
+		if err := tx.Park(ctx, plan.park); err != nil {
+			return err
+		}
+		// The breakers' transitions are events of this transaction: they
+		// commit or roll back with it (README, "Events and webhooks").
+		breakers, err := tx.BreakerEvents(ctx, plan.breakerEvents)
+		if err != nil {
+			return err
+		}
+		plan.events = append(plan.events, breakers...)
 		if err := tx.WriteEvents(ctx, plan.events); err != nil {
 			return err
 		}
@@ -284,7 +294,7 @@ func (s *Scheduler) Tick(ctx context.Context) (TickResult, error) {
 			"redriven", res.Redriven, "first_uid", plan.redriven[0].uid, "first_attempt_uid", plan.redriven[0].attemptUID)
 	}
 	res.BreakerParked, res.Waiting, res.Released = len(plan.park), plan.waiting, plan.released
-	s.logBreakers(plan.breakerEvents)
+	s.logBreakers(plan.events)
 	for _, p := range plan.parked {
 		s.log.Error("record parked: its stored schedule or policy cannot be read", "uid", p.uid, "reason", p.reason)
 	}

@@ -17,8 +17,8 @@ type upstreamPlan struct {
 	// waiting counts the due rows a limit (in flight, rate) held back:
 	// they stay due and are claimed again later.
 	waiting int
-	// breakerEvents are the breakers' transitions, to log and to publish
-	// as events (breaker_opened, breaker_half_open, breaker_closed).
+	// breakerEvents are the breakers' transitions: the tick writes their
+	// events (store.BreakerEvents) in its transaction and logs them.
 	breakerEvents []upstream.Transition
 	// released counts the parked rows released (probes, or after a close).
 	released int
@@ -86,9 +86,12 @@ func (p *upstreamPlan) wake(ctx context.Context, tx *store.Tx, ups map[string]*u
 	return nil
 }
 
-// logBreakers logs the breakers' transitions.
-func (s *Scheduler) logBreakers(events []upstream.Transition) {
-	for _, t := range events {
-		s.log.Warn("upstream breaker "+string(t.To), "upstream", t.Upstream, "from", t.From, "why", t.Why, "cool_down", t.CoolDown)
+// logBreakers logs the breakers' events of a committed tick.
+func (s *Scheduler) logBreakers(events []store.Event) {
+	for _, e := range events {
+		if e.Type.Breaker() {
+			msg, args := e.BreakerLog()
+			s.log.Warn(msg, args...)
+		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/bigtables/bigtables/refresh"
 	"github.com/bigtables/bigtables/upstream"
 	"github.com/lib/pq"
 )
@@ -287,4 +288,71 @@ func (s *Store) Upstreams(ctx context.Context) ([]UpstreamRow, error) {
 		out = append(out, UpstreamRow{Upstream: *u, Configured: r.Configured, Parked: r.Parked, WindowFailures: u.WindowFailures(now)})
 	}
 	return out, nil
+}
+
+// BreakerEvent is the event of an upstream breaker's transition t, with
+// the upstream's parked records counted after it (pure: see BreakerEvents).
+func BreakerEvent(t upstream.Transition, parked int) Event {
+	e := Event{Upstream: t.Upstream, At: t.At, From: string(t.From), To: string(t.To), Why: t.Why, Parked: parked}
+	switch t.To {
+	case upstream.Open:
+		e.Type, e.CoolDown = EventBreakerOpened, t.CoolDown
+		if t.CoolDown > 0 && !t.At.IsZero() {
+			e.NextProbeAt = t.At.Add(t.CoolDown)
+		}
+		e.Message = fmt.Sprintf("breaker of upstream %s opened (%s): its due records are parked; probes in %s",
+			t.Upstream, t.Why, refresh.FormatDuration(t.CoolDown))
+	case upstream.HalfOpen:
+		e.Type = EventBreakerHalfOpen
+		e.Message = fmt.Sprintf("breaker of upstream %s half-open (%s); %d records parked", t.Upstream, t.Why, parked)
+	default:
+		e.Type = EventBreakerClosed
+		e.Message = fmt.Sprintf("breaker of upstream %s closed (%s)", t.Upstream, t.Why)
+		if parked > 0 {
+			e.Message += fmt.Sprintf(": its %d parked records are released over time", parked)
+		}
+	}
+	return e
+}
+
+// BreakerEvents returns the events of the breakers' transitions this
+// transaction made, each with its upstream's parked records counted now
+// (after the transaction's parks and releases): the caller writes them with
+// WriteEvents in the same transaction, so an event exists exactly when its
+// transition committed (README, "Events and webhooks").
+func (tx *Tx) BreakerEvents(ctx context.Context, trs []upstream.Transition) ([]Event, error) {
+	if len(trs) == 0 {
+		return nil, nil
+	}
+	names := make([]string, 0, len(trs))
+	for _, t := range trs {
+		names = append(names, t.Upstream)
+	}
+	var counts []struct {
+		Name string `db:"upstream"`
+		N    int    `db:"n"`
+	}
+	if err := tx.tx.SelectContext(ctx, &counts, `SELECT upstream, count(*) AS n FROM bigtables
+		WHERE parked_at IS NOT NULL AND upstream = ANY($1) GROUP BY upstream`, pq.StringArray(names)); err != nil {
+		return nil, fmt.Errorf("count parked records of %d upstreams: %w", len(names), err)
+	}
+	parked := make(map[string]int, len(counts))
+	for _, c := range counts {
+		parked[c.Name] = c.N
+	}
+	out := make([]Event, 0, len(trs))
+	for _, t := range trs {
+		out = append(out, BreakerEvent(t, parked[t.Upstream]))
+	}
+	return out, nil
+}
+
+// BreakerLog is the message and attributes that log a breaker event (the
+// scheduler and the poller log them once their transaction committed).
+func (e Event) BreakerLog() (msg string, args []any) {
+	args = []any{"upstream", e.Upstream, "from", e.From, "to", e.To, "why", e.Why, "parked", e.Parked}
+	if e.Type == EventBreakerOpened {
+		args = append(args, "cool_down", refresh.FormatDuration(e.CoolDown), "next_probe_at", e.NextProbeAt)
+	}
+	return "upstream breaker " + e.To, args
 }
