@@ -26,7 +26,7 @@ func runMigrate(ctx context.Context, e env, args []string) error {
 	// Not withStore: migrate is what brings the schema up to date.
 	st, err := store.Open(ctx, cfg.DatabaseURL)
 	if err != nil {
-		return err
+		return missingDatabase(err, cfg.DatabaseURL)
 	}
 	defer st.Close()
 	applied, err := st.Migrate(ctx)
