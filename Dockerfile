@@ -22,6 +22,11 @@ FROM debian:trixie-20260918-slim@sha256:a99cfc517144bc59b1978475ec53b46ecabec7e4
 # CA certificates for https:// input URLs and rediss:// (TLS) Redis.
 COPY --from=build /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
 COPY --from=build /out/bigtables /usr/local/bin/bigtables
+# Health: GET /healthz on BIGTABLES_HTTP's port (scheduler, poller and worker
+# serve it when BIGTABLES_HTTP is set, as docker-compose.yml does); healthy
+# when it is unset (one-off commands).
+COPY scripts/docker-healthcheck.sh /usr/local/bin/bigtables-healthcheck
+HEALTHCHECK --interval=15s --timeout=10s --start-period=30s --retries=3 CMD ["bigtables-healthcheck"]
 # A numeric non-root user (distroless's "nonroot" id): no passwd entry is
 # needed, and runAsNonRoot policies can verify it.
 USER 65532:65532

@@ -89,7 +89,11 @@ func runBench(ctx context.Context, e env, args []string) error {
 		row("poller peak RSS", "skipped", res.PollerRSSSkippedReason)
 	case res.PollerPeakRSSMiBLarge > 0:
 		row("poller peak RSS, "+thousands(res.PollerSmallBacklog)+" backlog (MiB)", fmt.Sprintf("%.1f", res.PollerPeakRSSMiBSmall), "")
-		row("poller peak RSS, "+thousands(res.PollerBacklog)+" backlog (MiB)", fmt.Sprintf("%.1f", res.PollerPeakRSSMiBLarge), fmt.Sprintf("ratio %.2f, target <= %.1f: bounded by the batch, not the backlog", res.PollerRSSRatio, bench.TargetRSSRatio))
+		note := fmt.Sprintf("ratio %.2f, target <= %.1f: bounded by the batch, not the backlog", res.PollerRSSRatio, bench.TargetRSSRatio)
+		if !res.RSSJudged() {
+			note = fmt.Sprintf("ratio %.2f; target n/a at this size (judged from --backlog %s)", res.PollerRSSRatio, thousands(bench.TargetRSSMinBacklog))
+		}
+		row("poller peak RSS, "+thousands(res.PollerBacklog)+" backlog (MiB)", fmt.Sprintf("%.1f", res.PollerPeakRSSMiBLarge), note)
 	}
 	if u := res.Upstreams; u != nil {
 		row("upstreams: 9 healthy, refreshes/s all up / one dead", fmt.Sprintf("%.0f / %.0f", u.HealthyRefreshesPerSec, u.HealthyWhileDeadPerSec), fmt.Sprintf("ratio %.2f", u.HealthyThroughputRatio))
@@ -102,12 +106,15 @@ func runBench(ctx context.Context, e env, args []string) error {
 	return checkTargets(e, res, *check)
 }
 
-// checkTargets prints each target the run missed; with --check a miss is
-// an error (exit 1).
+// checkTargets prints each target the run missed, and those its sizes are
+// too small to judge; with --check a miss is an error (exit 1).
 func checkTargets(e env, res bench.Result, check bool) error {
 	misses := res.Misses()
 	for _, m := range misses {
 		fmt.Fprintln(e.stderr, "target missed:", m)
+	}
+	for _, n := range res.NotJudged() {
+		fmt.Fprintln(e.stderr, "target not judged at this size:", n)
 	}
 	if check && len(misses) > 0 {
 		return fmt.Errorf("--check: %d target(s) missed", len(misses))

@@ -35,3 +35,21 @@ func TestCheckTargets(t *testing.T) {
 		t.Errorf("all met: err %v, stderr %q", err, stderr.String())
 	}
 }
+
+// bench-short's sizes: a poller RSS ratio over the target is printed as not
+// judged, not as a miss, and --check passes; at the full size it fails.
+func TestCheckTargetsRSSJudgedOnlyAtFullSize(t *testing.T) {
+	var stderr bytes.Buffer
+	small := bench.Result{SpeedupVsBaseline: 30, PollerRSSRatio: 2.4, PollerBacklog: 20_000, PollerSmallBacklog: 1000}
+	if err := checkTargets(env{stderr: &stderr}, small, true); err != nil {
+		t.Errorf("small: --check failed: %v", err)
+	}
+	if s := stderr.String(); strings.Contains(s, "missed") || !strings.Contains(s, "target not judged at this size: poller peak RSS ratio") {
+		t.Errorf("small: stderr %q; want the RSS target marked not judged, no miss", s)
+	}
+	stderr.Reset()
+	full := bench.Result{SpeedupVsBaseline: 30, PollerRSSRatio: 2.4, PollerBacklog: 1_000_000, PollerSmallBacklog: 50_000}
+	if err := checkTargets(env{stderr: &stderr}, full, true); err == nil || !strings.Contains(stderr.String(), "target missed: poller peak RSS ratio 2.40") {
+		t.Errorf("full: err %v, stderr %q; want a miss and --check failing", err, stderr.String())
+	}
+}

@@ -45,6 +45,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"reflect"
 	"runtime/debug"
 	"strings"
@@ -611,13 +612,36 @@ func (c Config) startProcess(e env) (*slog.Logger, error) {
 func (c Config) openStore(ctx context.Context) (*store.Store, error) {
 	st, err := store.Open(ctx, c.DatabaseURL)
 	if err != nil {
-		return nil, err
+		return nil, missingDatabase(err, c.DatabaseURL)
 	}
 	if err := st.CheckSchema(ctx); err != nil {
 		st.Close()
 		return nil, err
 	}
 	return st, nil
+}
+
+// missingDatabase adds to err, when it says that the database of dbURL
+// does not exist (SQLSTATE 3D000, as on a fresh PostgreSQL: nothing creates
+// the default database bigtables), how to create it; migrate only creates
+// the schema inside it.
+func missingDatabase(err error, dbURL string) error {
+	if store.SQLState(err) != "3D000" {
+		return err
+	}
+	u, perr := url.Parse(dbURL)
+	if perr != nil || strings.Trim(u.Path, "/") == "" {
+		return fmt.Errorf("%w; create it (CREATE DATABASE), then run bigtables migrate", err)
+	}
+	psql := "psql -h " + u.Hostname()
+	if p := u.Port(); p != "" {
+		psql += " -p " + p
+	}
+	if u.User != nil && u.User.Username() != "" {
+		psql += " -U " + u.User.Username()
+	}
+	return fmt.Errorf("%w; create it: %s -d postgres -c 'CREATE DATABASE \"%s\"', then run bigtables migrate",
+		err, psql, strings.Trim(u.Path, "/"))
 }
 
 // openQueue connects to Redis.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"net/url"
 	"os"
 	"regexp"
 	"strings"
@@ -242,4 +243,25 @@ func TestMain(m *testing.M) {
 	// against closed ports) here.
 	redis.SetLogger(redisLogger{slog.New(slog.DiscardHandler)})
 	os.Exit(m.Run())
+}
+
+// A database that does not exist (on a fresh PostgreSQL nothing creates the
+// default bigtables) is named with the command that creates it, by migrate
+// and by the commands that read records.
+func TestMissingDatabaseSaysHowToCreateIt(t *testing.T) {
+	dbURL := testsvc.Database(t)
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	missing := strings.Trim(u.Path, "/") + "_missing"
+	u.Path = "/" + missing
+	r := &runner{t: t, env: map[string]string{"DATABASE_URL": u.String()}}
+	for _, cmd := range []string{"migrate", "list"} {
+		_, stderr, code := r.run(cmd)
+		want := "-d postgres -c 'CREATE DATABASE \"" + missing + "\"', then run bigtables migrate"
+		if code != 1 || !strings.Contains(stderr, "does not exist") || !strings.Contains(stderr, want) {
+			t.Errorf("%s: exit %d, stderr %q; want exit 1 and %q", cmd, code, stderr, want)
+		}
+	}
 }

@@ -27,7 +27,7 @@ func runMigrate(ctx context.Context, e env, args []string) error {
 	// Not withStore: migrate is what brings the schema up to date.
 	st, err := store.Open(ctx, cfg.DatabaseURL)
 	if err != nil {
-		return err
+		return missingDatabase(err, cfg.DatabaseURL)
 	}
 	defer st.Close()
 	applied, err := st.Migrate(ctx)
@@ -214,7 +214,7 @@ func (d *defFlags) refreshTime() (*time.Time, error) {
 	}
 	t, err := time.Parse(time.RFC3339Nano, d.refreshAt)
 	if err != nil {
-		return nil, usagef("--refresh-at %q: expected an RFC 3339 time (2024-01-02T15:04:05Z) or now", d.refreshAt)
+		return nil, usagef("--refresh-at %q: expected an RFC 3339 time (e.g. 2024-03-04T06:00:00Z) or now", d.refreshAt)
 	}
 	return &t, nil
 }

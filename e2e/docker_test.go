@@ -1,6 +1,9 @@
 package e2e_test
 
 import (
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"regexp"
@@ -65,6 +68,14 @@ func TestDockerFiles(t *testing.T) {
 		}
 	}
 
+	if !regexp.MustCompile(`(?m)^HEALTHCHECK .*CMD \["bigtables-healthcheck"\]$`).MatchString(dockerfile) ||
+		!strings.Contains(dockerfile, "COPY scripts/docker-healthcheck.sh /usr/local/bin/bigtables-healthcheck") {
+		t.Errorf("Dockerfile: no HEALTHCHECK running scripts/docker-healthcheck.sh")
+	}
+	if !regexp.MustCompile(`(?m)^\s+BIGTABLES_HTTP: \S+:[0-9]+$`).MatchString(compose) {
+		t.Errorf("docker-compose.yml: the services set no BIGTABLES_HTTP, so the HEALTHCHECK has nothing to ask")
+	}
+
 	if !strings.Contains(readRepoFile(t, "cmd/bigtables/main.go"), `_ "time/tzdata"`) {
 		t.Errorf("cmd/bigtables does not embed time/tzdata: TZIDs would fail in a slim image")
 	}
@@ -88,6 +99,49 @@ func TestDockerComposeConfig(t *testing.T) {
 	for _, want := range []string{"25432", "26379", "bigtables:local"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("compose config output lacks %s:\n%s", want, out)
+		}
+	}
+}
+
+// The image's HEALTHCHECK script is healthy on a 200 from /healthz on
+// BIGTABLES_HTTP's port, unhealthy on a 503 or when nothing listens, and
+// healthy when BIGTABLES_HTTP is unset (a one-off command has no endpoint).
+func TestDockerHealthcheckScript(t *testing.T) {
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("skipping: no bash")
+	}
+	serve := func(code int) string {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != "/healthz" {
+				http.NotFound(w, r)
+				return
+			}
+			w.WriteHeader(code)
+		}))
+		t.Cleanup(srv.Close)
+		_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+		return port
+	}
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, closedPort, _ := net.SplitHostPort(closed.Addr().String())
+	closed.Close()
+	for _, tt := range []struct {
+		name, http string
+		healthy    bool
+	}{
+		{"200", "0.0.0.0:" + serve(http.StatusOK), true},
+		{"503", "127.0.0.1:" + serve(http.StatusServiceUnavailable), false},
+		{"nothing listens", ":" + closedPort, false},
+		{"no BIGTABLES_HTTP", "", true},
+	} {
+		cmd := exec.Command("../scripts/docker-healthcheck.sh")
+		cmd.Env = append(os.Environ(), "BIGTABLES_HTTP="+tt.http)
+		out, err := cmd.CombinedOutput()
+		if (err == nil) != tt.healthy {
+			t.Errorf("%s: err %v, output %q; want healthy %v", tt.name, err, out, tt.healthy)
 		}
 	}
 }

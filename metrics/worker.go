@@ -15,7 +15,7 @@ func (m *Metrics) ObserveWorker(s *worker.Stats) {
 		v       *atomic.Int64
 	}{
 		{"pushed", &s.Pushed}, {"expired", &s.Expired}, {"cancelled", &s.Cancelled}, {"superseded", &s.Superseded},
-		{"stopped", &s.Stopped}, {"lost", &s.Lost}, {"duplicate", &s.Duplicates}, {"malformed", &s.Malformed},
+		{"stopped", &s.Stopped}, {"timed_out", &s.TimedOut}, {"lost", &s.Lost}, {"duplicate", &s.Duplicates}, {"malformed", &s.Malformed},
 	} {
 		m.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "bigtables_worker_jobs_total", Help: "Jobs this worker handled, by what became of them.",

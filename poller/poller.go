@@ -301,6 +301,30 @@ func (p *Poller) process(ctx context.Context, b queue.Batch) (int, error) {
 	return len(b.Results) - len(done.handBack), nil
 }
 
+// logEnded logs, at Debug, each attempt a committed plan ended: its
+// outcome, the failure branch taken and what the record does next, so that
+// a log shows every transition (README, "Two commands": `make run` points
+// at these fields).
+func (p *Poller) logEnded(plan batchPlan) {
+	if !p.log.Enabled(context.Background(), slog.LevelDebug) {
+		return
+	}
+	rows := make(map[string]*store.Row, len(plan.save))
+	for i := range plan.save {
+		rows[plan.save[i].UID] = &plan.save[i]
+	}
+	for _, a := range plan.finished {
+		args := []any{"uid", a.UID, "attempt_no", a.AttemptNo, "outcome", a.Outcome, "decision", a.Decision}
+		if r := rows[a.UID]; r != nil {
+			args = append(args, "refresh_at", r.RefreshAt)
+			if r.Disabled {
+				args = append(args, "disabled", true, "reason", r.DisabledReason)
+			}
+		}
+		p.log.Debug("attempt ended", args...)
+	}
+}
+
 // apply applies the items in one transaction and adds its plan to done. If
 // the database refuses a value (a data or constraint error: retrying the
 // same values cannot help), it splits the items in two and applies each half
@@ -326,6 +350,7 @@ func (p *Poller) apply(ctx context.Context, items []item, rcv refresh.Received, 
 			p.log.Debug("stale result discarded", "uid", s.res.BigTableUID, "attempt_uid", s.res.AttemptUID,
 				"current_attempt_uid", s.current, "type", s.res.Type, "why", s.why)
 		}
+		p.logEnded(plan)
 		return nil
 	}
 	if !store.Refused(err) {

@@ -509,3 +509,62 @@ func TestTwoPollersApplyEachResultOnce(t *testing.T) {
 		t.Errorf("%d attempts recorded; want 200", n)
 	}
 }
+
+// syncBuffer is a bytes buffer a logger may write to from any goroutine.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+// TestLogsEachEndedAttempt: at Debug, the poller logs every attempt a result
+// ended with its outcome, the failure branch taken and the next refresh_at,
+// the fields `make run` tells a newcomer to look at (scripts/demo.sh).
+func TestLogsEachEndedAttempt(t *testing.T) {
+	e := setup(t)
+	no := false
+	att := start(t, e, refresh.DefaultPolicy(), "ok", "fail", "perm")
+	perm := protocol.Result{BigTableUID: "perm", AttemptUID: att["perm"], Type: protocol.Failure, Retryable: &no,
+		UserFriendlyReason: "Provided URL is invalid"}
+	push(t, e,
+		result("ok", att["ok"], protocol.Success, ""),
+		result("fail", att["fail"], protocol.Failure, "upstream 500"),
+		string(perm.Encode()))
+	var buf syncBuffer
+	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	drainAll(t, e, poller.New(e.st, e.q, poller.Config{Logger: log}))
+
+	lines := map[string]string{}
+	for _, l := range strings.Split(buf.String(), "\n") {
+		if strings.Contains(l, `msg="attempt ended"`) {
+			for _, uid := range []string{"ok", "fail", "perm"} {
+				if strings.Contains(l, " uid="+uid+" ") {
+					lines[uid] = l
+				}
+			}
+		}
+	}
+	for uid, want := range map[string][]string{
+		"ok":   {"outcome=success", "refresh_at="},
+		"fail": {"outcome=failure", "decision=retry", "refresh_at="},
+		"perm": {"outcome=failure", "decision=not_retryable", "disabled=true", `reason="Provided URL is invalid"`},
+	} {
+		l, ok := lines[uid]
+		if !ok {
+			t.Errorf("no \"attempt ended\" line for %s in:\n%s", uid, buf.String())
+			continue
+		}
+		for _, w := range want {
+			if !strings.Contains(l, w) {
+				t.Errorf("%s: %q lacks %q", uid, l, w)
+			}
+		}
+	}
+}

@@ -250,9 +250,11 @@ func parseDTStart(line string) (int64, *time.Location, error) {
 			return 0, nil, invalid("unsupported DTSTART parameter %q: expected TZID or VALUE", p)
 		}
 	}
-	layout := "20060102T150405"
+	// Go's layouts, and the forms a user reads in errors (never Go's
+	// reference time).
+	layout, form := "20060102T150405", "YYYYMMDDTHHMMSS, with a trailing Z for UTC (e.g. 20240101T060000 or 20240101T060000Z)"
 	if dateOnly {
-		layout = "20060102"
+		layout, form = "20060102", "YYYYMMDD with VALUE=DATE (e.g. 20240101)"
 	}
 	if strings.HasSuffix(strings.ToUpper(value), "Z") {
 		value = value[:len(value)-1]
@@ -264,7 +266,7 @@ func parseDTStart(line string) (int64, *time.Location, error) {
 	// what it says, so later occurrences keep DTSTART's time of day.
 	t, err := time.Parse(layout, value)
 	if err != nil {
-		return 0, nil, invalid("DTSTART value %q: expected %s (e.g. 20240101T060000Z)", value, strings.ReplaceAll(layout, "20060102", "YYYYMMDD"))
+		return 0, nil, invalid("DTSTART value %q: expected %s", value, form)
 	}
 	if t.Year() < 1 {
 		return 0, nil, invalid("DTSTART value %q: the year must be 0001 to 9999", value)

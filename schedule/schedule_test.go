@@ -20,40 +20,50 @@ func utc(s string) time.Time {
 	return t
 }
 
+// parseErrorTests are schedules Parse refuses, with a substring of each error.
+var parseErrorTests = []struct {
+	text string
+	want string // substring of the error
+}{
+	{"RRULE:FREQ=DAILY", "missing DTSTART"},
+	{"DTSTART:20240101T000000Z", "missing RRULE"},
+	{"DTSTART:20240101T000000Z\nRRULE:FREQ=DAILY\nRRULE:FREQ=HOURLY", "more than one RRULE"},
+	{"DTSTART:20240101T000000Z\nEXRULE:FREQ=DAILY\nRRULE:FREQ=DAILY", `unsupported line "EXRULE`},
+	{"DTSTART:20240101T000000Z\nRRULE:INTERVAL=2", "no FREQ"},
+	{"DTSTART:20240101T000000Z\nRRULE:FREQ=FORTNIGHTLY", "FREQ=FORTNIGHTLY: expected one of"},
+	{"DTSTART:20240101T000000Z\nRRULE:FREQ=DAILY;BYHOUR=25", `BYHOUR value "25": expected 0 to 23`},
+	{"DTSTART:20240101T000000Z\nRRULE:FREQ=DAILY;BYMINUTE=x", `BYMINUTE value "X"`},
+	{"DTSTART:20240101T000000Z\nRRULE:FREQ=DAILY;COUNT=3;UNTIL=20250101T000000Z", "both COUNT and UNTIL"},
+	{"DTSTART:20240101T000000Z\nRRULE:FREQ=DAILY;INTERVAL=0", "INTERVAL=0: expected a whole number from 1"},
+	{"DTSTART:20240101T000000Z\nRRULE:FREQ=DAILY;FREQ=HOURLY", "given twice"},
+	{"DTSTART:20240101T000000Z\nRRULE:FREQ=DAILY;COLOR=RED", "unknown RRULE key COLOR"},
+	{"DTSTART:20240101T000000Z\nRRULE:FREQ=DAILY;BYDAY=XX", `BYDAY value "XX"`},
+	{"DTSTART:20240101T000000Z\nRRULE:FREQ=WEEKLY;BYDAY=2MO", "needs FREQ=MONTHLY or YEARLY"},
+	{"DTSTART:20240101T000000Z\nRRULE:FREQ=DAILY;BYWEEKNO=3", "BYWEEKNO is only allowed"},
+	{"DTSTART:20240101T000000Z\nRRULE:FREQ=DAILY;BYSETPOS=1", "BYSETPOS needs another"},
+	{"DTSTART;TZID=Mars/Olympus:20240101T000000\nRRULE:FREQ=DAILY", `unknown TZID "Mars/Olympus"`},
+	{"DTSTART:2024-01-01\nRRULE:FREQ=DAILY", "DTSTART value"},
+	{"DTSTART:00010101T000000Z\nRRULE:FREQ=MONTHLY", "DTSTART must be after 0001-01-01T00:00:00Z"},
+	{"DTSTART;TZID=Asia/Tokyo:00010101T080000\nRRULE:FREQ=MONTHLY", "DTSTART must be after"},
+	{"DTSTART:00000101T000000Z\nRRULE:FREQ=MONTHLY", "the year must be 0001 to 9999"},
+	{"DTSTART:20240101T000000Z\nRRULE:FREQ=DAILY;UNTIL=tomorrow", "UNTIL=TOMORROW"},
+	// The library would loop forever on these (docs/design.md, "Library traps we guard").
+	{"DTSTART:20240101T170000Z\nRRULE:FREQ=HOURLY;INTERVAL=2;BYHOUR=2", "can never fire"},
+	{"DTSTART:20240101T170100Z\nRRULE:FREQ=MINUTELY;INTERVAL=2;BYMINUTE=0,30", "can never fire"},
+	{"DTSTART:20240101T170001Z\nRRULE:FREQ=SECONDLY;INTERVAL=10;BYSECOND=0,30", "can never fire"},
+	{"DTSTART:20240101T170000Z\nRRULE:FREQ=HOURLY;INTERVAL=24;BYHOUR=16", "can never fire"},
+	{"DTSTART:20240101T0600\nRRULE:FREQ=DAILY", "expected YYYYMMDDTHHMMSS, with a trailing Z for UTC (e.g. 20240101T060000 or 20240101T060000Z)"},
+	{"DTSTART:20241301T060000Z\nRRULE:FREQ=DAILY", "expected YYYYMMDDTHHMMSS"},
+	{"DTSTART;TZID=Europe/Paris:20240101T250000\nRRULE:FREQ=DAILY", "expected YYYYMMDDTHHMMSS"},
+	{"DTSTART;VALUE=DATE:20240101T060000\nRRULE:FREQ=DAILY", "expected YYYYMMDD with VALUE=DATE (e.g. 20240101)"},
+	{"DTSTART;VALUE=TIME:20240101T060000\nRRULE:FREQ=DAILY", "expected DATE or DATE-TIME"},
+	{"DTSTART;TZID=Europe/Paris:20240101T060000Z\nRRULE:FREQ=DAILY", "both TZID and a trailing Z"},
+	{"DTSTART:20240101T000000Z\nRRULE:FREQ=DAILY;UNTIL=2025-01-01", "expected YYYYMMDDTHHMMSSZ or YYYYMMDD"},
+	{"DTSTART:20240101T000000Z\nRRULE:FREQ=DAILY;UNTIL=20250101T0000", "expected YYYYMMDDTHHMMSSZ or YYYYMMDD"},
+}
+
 func TestParseErrors(t *testing.T) {
-	tests := []struct {
-		text string
-		want string // substring of the error
-	}{
-		{"RRULE:FREQ=DAILY", "missing DTSTART"},
-		{"DTSTART:20240101T000000Z", "missing RRULE"},
-		{"DTSTART:20240101T000000Z\nRRULE:FREQ=DAILY\nRRULE:FREQ=HOURLY", "more than one RRULE"},
-		{"DTSTART:20240101T000000Z\nEXRULE:FREQ=DAILY\nRRULE:FREQ=DAILY", `unsupported line "EXRULE`},
-		{"DTSTART:20240101T000000Z\nRRULE:INTERVAL=2", "no FREQ"},
-		{"DTSTART:20240101T000000Z\nRRULE:FREQ=FORTNIGHTLY", "FREQ=FORTNIGHTLY: expected one of"},
-		{"DTSTART:20240101T000000Z\nRRULE:FREQ=DAILY;BYHOUR=25", `BYHOUR value "25": expected 0 to 23`},
-		{"DTSTART:20240101T000000Z\nRRULE:FREQ=DAILY;BYMINUTE=x", `BYMINUTE value "X"`},
-		{"DTSTART:20240101T000000Z\nRRULE:FREQ=DAILY;COUNT=3;UNTIL=20250101T000000Z", "both COUNT and UNTIL"},
-		{"DTSTART:20240101T000000Z\nRRULE:FREQ=DAILY;INTERVAL=0", "INTERVAL=0: expected a whole number from 1"},
-		{"DTSTART:20240101T000000Z\nRRULE:FREQ=DAILY;FREQ=HOURLY", "given twice"},
-		{"DTSTART:20240101T000000Z\nRRULE:FREQ=DAILY;COLOR=RED", "unknown RRULE key COLOR"},
-		{"DTSTART:20240101T000000Z\nRRULE:FREQ=DAILY;BYDAY=XX", `BYDAY value "XX"`},
-		{"DTSTART:20240101T000000Z\nRRULE:FREQ=WEEKLY;BYDAY=2MO", "needs FREQ=MONTHLY or YEARLY"},
-		{"DTSTART:20240101T000000Z\nRRULE:FREQ=DAILY;BYWEEKNO=3", "BYWEEKNO is only allowed"},
-		{"DTSTART:20240101T000000Z\nRRULE:FREQ=DAILY;BYSETPOS=1", "BYSETPOS needs another"},
-		{"DTSTART;TZID=Mars/Olympus:20240101T000000\nRRULE:FREQ=DAILY", `unknown TZID "Mars/Olympus"`},
-		{"DTSTART:2024-01-01\nRRULE:FREQ=DAILY", "DTSTART value"},
-		{"DTSTART:00010101T000000Z\nRRULE:FREQ=MONTHLY", "DTSTART must be after 0001-01-01T00:00:00Z"},
-		{"DTSTART;TZID=Asia/Tokyo:00010101T080000\nRRULE:FREQ=MONTHLY", "DTSTART must be after"},
-		{"DTSTART:00000101T000000Z\nRRULE:FREQ=MONTHLY", "the year must be 0001 to 9999"},
-		{"DTSTART:20240101T000000Z\nRRULE:FREQ=DAILY;UNTIL=tomorrow", "UNTIL=TOMORROW"},
-		// The library would loop forever on these (docs/design.md, "Library traps we guard").
-		{"DTSTART:20240101T170000Z\nRRULE:FREQ=HOURLY;INTERVAL=2;BYHOUR=2", "can never fire"},
-		{"DTSTART:20240101T170100Z\nRRULE:FREQ=MINUTELY;INTERVAL=2;BYMINUTE=0,30", "can never fire"},
-		{"DTSTART:20240101T170001Z\nRRULE:FREQ=SECONDLY;INTERVAL=10;BYSECOND=0,30", "can never fire"},
-		{"DTSTART:20240101T170000Z\nRRULE:FREQ=HOURLY;INTERVAL=24;BYHOUR=16", "can never fire"},
-	}
-	for _, tt := range tests {
+	for _, tt := range parseErrorTests {
 		_, err := Parse(tt.text, time.Time{})
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("Parse(%q) error = %v; want it to contain %q", tt.text, err, tt.want)
@@ -61,6 +71,40 @@ func TestParseErrors(t *testing.T) {
 		}
 		if !errors.Is(err, ErrInvalid) {
 			t.Errorf("Parse(%q) error %v does not wrap ErrInvalid", tt.text, err)
+		}
+	}
+}
+
+// goLayout matches pieces of Go's reference time (Mon Jan 2 15:04:05 MST
+// 2006) as time layouts write them: an error that shows one shows the user
+// Go's layout instead of the format expected.
+var goLayout = []string{"150405", "15:04", "2006", "01/02", "0102T", "Jan 2"}
+
+// Every refusal, of Parse and of Validate, names the expected format in
+// the user's terms (YYYYMMDDTHHMMSS), never in Go's layout digits.
+func TestErrorsShowNoGoLayout(t *testing.T) {
+	var msgs []string
+	for _, tt := range parseErrorTests {
+		if _, err := Parse(tt.text, time.Time{}); err != nil {
+			msgs = append(msgs, err.Error())
+		}
+	}
+	for _, text := range []string{
+		"DTSTART:20240101T000000Z\nRRULE:FREQ=YEARLY;BYMONTH=2;BYMONTHDAY=30",
+		"DTSTART:20240101T000000Z\nRRULE:FREQ=DAILY;BYMONTH=4;BYMONTHDAY=31",
+	} {
+		if err := MustParse(text).Validate(); err != nil {
+			msgs = append(msgs, err.Error())
+		}
+	}
+	if len(msgs) < len(parseErrorTests) {
+		t.Fatalf("%d errors from %d refused schedules", len(msgs), len(parseErrorTests)+2)
+	}
+	for _, m := range msgs {
+		for _, g := range goLayout {
+			if strings.Contains(m, g) {
+				t.Errorf("error %q shows Go's layout (%q)", m, g)
+			}
 		}
 	}
 }

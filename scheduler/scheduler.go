@@ -213,11 +213,12 @@ func (s *Scheduler) Tick(ctx context.Context) (TickResult, error) {
 	}
 	var res TickResult
 	var plan tickPlan
-	var upTo time.Time
+	var upTo, tickNow time.Time
 	var settleErr error
 	token := s.cfg.NewUID() // every start of the tick records it: its push's token
 	err := s.store.InTx(ctx, func(tx *store.Tx) error {
 		now := tx.Now()
+		tickNow = now
 		upTo = timeoutUpTo(now, watermark, s.cfg.MaxResultWait)
 		rows, err := tx.ClaimDue(ctx, s.cfg.Batch, upTo)
 		if err != nil {
@@ -307,7 +308,7 @@ func (s *Scheduler) Tick(ctx context.Context) (TickResult, error) {
 			res.HeldWhy = fmt.Sprintf("whether their jobs were pushed cannot be asked (%v); timing out only attempts past their deadline by %v; %s",
 				settleErr, s.cfg.MaxResultWait, res.HeldWhy)
 		}
-		s.logHeld(res, upTo)
+		s.logHeld(res, tickNow, upTo)
 	}
 
 	// Push first: nothing else may delay the jobs.
@@ -426,13 +427,26 @@ func heldWhy(watermark time.Time, werr error, maxWait time.Duration) string {
 	}
 }
 
-// logHeld reports held timeouts at most every 30 seconds.
-func (s *Scheduler) logHeld(res TickResult, upTo time.Time) {
+// heldWarnAfter is how far behind the tick's time the timeouts may be held
+// before it is a warning. Holding an attempt whose deadline passed a moment
+// ago is the normal case (its result may be in the output list, waiting for
+// the pollers' next drain): Debug. Held this long, the pollers are down or
+// behind: Warn.
+const heldWarnAfter = 10 * time.Second
+
+// logHeld reports held timeouts at most every 30 seconds: at Debug while
+// the timeouts are held less than heldWarnAfter behind now (the tick's
+// time), at Warn beyond.
+func (s *Scheduler) logHeld(res TickResult, now, upTo time.Time) {
+	if behind := now.Sub(upTo); behind < heldWarnAfter {
+		s.log.Debug("timeouts held until the pollers' next drain", "held", res.Held, "timing_out_up_to", upTo)
+		return
+	}
 	s.heldMu.Lock()
-	now := s.cfg.Now()
-	due := now.Sub(s.heldLogged) >= 30*time.Second
+	clock := s.cfg.Now()
+	due := clock.Sub(s.heldLogged) >= 30*time.Second
 	if due {
-		s.heldLogged = now
+		s.heldLogged = clock
 	}
 	s.heldMu.Unlock()
 	if due {

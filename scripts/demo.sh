@@ -56,7 +56,7 @@ record() {
   echo "record $uid: $*"
 }
 record demo-healthy --input-url http://example.com/healthy --schedule 'RRULE:FREQ=SECONDLY;INTERVAL=10' --timeout 5s --retries 0,2s
-record demo-flaky   --input-url http://example.com/flaky   --schedule 'RRULE:FREQ=SECONDLY;INTERVAL=15' --timeout 5s --retries 1s,2s,4s
+record demo-flaky   --input-url http://example.com/flaky   --schedule 'RRULE:FREQ=SECONDLY;INTERVAL=15' --timeout 5s --retries 1s,2s,4s --on-exhausted wait_next
 record demo-failing --input-url http://example.com/failing --timeout 5s --retries 0,1s,3s
 record demo-slow    --input-url http://example.com/slow    --timeout 2s --retries 1s
 
@@ -64,14 +64,17 @@ cat <<EOF
 
 What the four records show (the worker is scripts/demo-worker.sh; no URL is fetched):
   demo-healthy  succeeds every 10 s: a success, attempt_no back to 0, refresh_at 10 s later.
-  demo-flaky    fails about 2 times in 3: retries after 1 s, 2 s, 4 s (attempt_no climbs),
-                and a success or the next 15 s occurrence resets it.
+  demo-flaky    fails about 2 times in 3: retries after 1 s, 2 s, 4 s (attempt_no climbs);
+                a success resets attempt_no, and after 4 failures in a row it is not
+                disabled (--on-exhausted wait_next) but waits for its next 15 s occurrence.
   demo-failing  always fails: retried at once, after 1 s, after 3 s, then disabled
                 ("Cannot refresh BigTable after 4 attempts: upstream answered 500 for
                 http://example.com/failing"); no schedule, so it stays so.
-  demo-slow     never answers: each attempt times out after 2 s, one retry after 1 s,
-                then disabled; the worker's late answers are discarded as stale.
-Look at the log lines' uid=, attempt_no=, decision= and refresh_at=, and in another terminal:
+  demo-slow     never answers: the worker stops each job at its 2 s deadline and pushes
+                nothing, the attempt times out, one retry after 1 s, then disabled
+                ("Cannot refresh BigTable after 2 attempts: timeout").
+Look at the "attempt started" and "attempt ended" lines (uid=, attempt_no=, outcome=,
+decision=, refresh_at=), and in another terminal:
   export DATABASE_URL='$DATABASE_URL'
   bin/bigtables list
   bin/bigtables show demo-flaky --history 10

@@ -116,6 +116,10 @@ type Stats struct {
 	// Stopped counts jobs stopped by a shutdown (Abort, ShutdownGrace);
 	// nothing is pushed for them.
 	Stopped atomic.Int64
+	// TimedOut counts jobs whose handler failed because their deadline
+	// passed; nothing is pushed for them (a result would be late), and the
+	// attempt ends as a timeout.
+	TimedOut atomic.Int64
 	// Lost counts results that could not be pushed before their attempt
 	// ended (or before an abort).
 	Lost atomic.Int64
@@ -128,7 +132,7 @@ type Stats struct {
 
 func (s *Stats) logAttrs() []any {
 	return []any{"pushed", s.Pushed.Load(), "skipped_expired", s.Expired.Load(), "skipped_cancelled", s.Cancelled.Load(),
-		"superseded", s.Superseded.Load(), "stopped", s.Stopped.Load(), "lost", s.Lost.Load(), "duplicates", s.Duplicates.Load(), "malformed", s.Malformed.Load()}
+		"superseded", s.Superseded.Load(), "stopped", s.Stopped.Load(), "timed_out", s.TimedOut.Load(), "lost", s.Lost.Load(), "duplicates", s.Duplicates.Load(), "malformed", s.Malformed.Load()}
 }
 
 // ErrSuperseded is the cause of a handler's context cancellation when the
@@ -286,6 +290,14 @@ func Handle(ctx context.Context, opts Options, job protocol.Job, h Handler) {
 		opts.Stats.Stopped.Add(1)
 		log.Warn("job stopped by the shutdown: no result pushed; the attempt times out at its deadline",
 			"uid", job.BigTableUID, "attempt_uid", job.AttemptUID, "deadline_at", job.DeadlineAt)
+		return
+	case errors.Is(cause, context.DeadlineExceeded) && err != nil:
+		// The deadline cut the work short: a result pushed now reaches the
+		// output list after deadline_at and changes nothing (docs/protocol.md,
+		// "Deadlines"). Push nothing; the attempt ends as a timeout.
+		opts.Stats.TimedOut.Add(1)
+		log.Info("job stopped at its deadline: no result pushed; the attempt times out",
+			"uid", job.BigTableUID, "attempt_no", job.AttemptNo, "deadline_at", job.DeadlineAt, "err", err)
 		return
 	}
 	res := protocol.Result{BigTableUID: job.BigTableUID, AttemptUID: job.AttemptUID, Type: protocol.Success}

@@ -703,3 +703,34 @@ func TestOneFinalResultPerAttempt(t *testing.T) {
 		t.Errorf("marker TTL %v; want about the deadline + 1 minute", ttl)
 	}
 }
+
+// A handler cut off by the job's deadline gets no result pushed: it would
+// reach the output list after deadline_at, where it changes nothing, and the
+// attempt must end as a timeout (docs/protocol.md, "Deadlines"), not as a
+// failure whose message is the worker's own "stopped at the deadline". A
+// handler that fails before its deadline still has its failure pushed.
+func TestNoResultWhenTheDeadlineCutsTheJob(t *testing.T) {
+	_, rdb, names := testsvc.Redis(t)
+	q := queue.New(rdb, names)
+	ctx := context.Background()
+	var stats worker.Stats
+	opts := worker.Options{Queue: q, Stats: &stats, Logger: slog.New(slog.DiscardHandler)}
+
+	cut := job("u", 200*time.Millisecond)
+	cut.BigTableUID, cut.AttemptUID = "cut", "a-cut"
+	worker.Handle(ctx, opts, cut, func(ctx context.Context, _ protocol.Job) error {
+		<-ctx.Done()
+		return fmt.Errorf("command stopped at the deadline: %w", ctx.Err())
+	})
+	failed := job("u", time.Minute)
+	failed.BigTableUID, failed.AttemptUID = "failed", "a-failed"
+	worker.Handle(ctx, opts, failed, func(context.Context, protocol.Job) error { return errors.New("upstream 500") })
+
+	raw, _ := rdb.LRange(ctx, names.Output, 0, -1).Result()
+	if len(raw) != 1 || !strings.Contains(raw[0], `"failed"`) {
+		t.Errorf("results %v; want only failed's", raw)
+	}
+	if stats.TimedOut.Load() != 1 || stats.Pushed.Load() != 1 {
+		t.Errorf("timed out %d, pushed %d; want 1 and 1", stats.TimedOut.Load(), stats.Pushed.Load())
+	}
+}
