@@ -467,6 +467,10 @@ type recordView struct {
 	Upstream       string          `json:"upstream"`
 	// ParkedAt is when an open breaker of its upstream parked the record.
 	ParkedAt *string `json:"parked_at,omitempty"`
+	// Phase is not a column: what list and the dashboard show, read from
+	// the columns (refresh.State.Phase): waiting, running, retrying,
+	// disabled, paused, idle or parked.
+	Phase refresh.Phase `json:"phase"`
 	// History is there only when asked for (show --history), [] if empty.
 	History *[]attemptView `json:"history,omitempty"`
 }
@@ -503,6 +507,7 @@ func recordJSON(r store.Row, history []store.Attempt) recordView {
 		Paused:         r.Paused,
 		Upstream:       r.Upstream,
 		ParkedAt:       jsonTime(r.ParkedAt),
+		Phase:          r.Phase(),
 	}
 	if history != nil {
 		h := make([]attemptView, 0, len(history))

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -97,13 +98,29 @@ func TestListPhaseParked(t *testing.T) {
 		t.Fatalf("tick %+v, want 1 parked and 1 started", res)
 	}
 	out := r.ok("list", "--phase", "parked")
-	if !strings.Contains(out, "p") || strings.Contains(out, "up.example") {
+	if !regexp.MustCompile(`(?m)^p +parked +0 `).MatchString(out) || strings.Contains(out, "up.example") {
 		t.Fatalf("list --phase parked:\n%s", out)
 	}
 	var row recordView
-	json.Unmarshal([]byte(r.ok("show", "p")), &row)
-	if row.ParkedAt == nil {
-		t.Fatalf("show p: parked_at missing")
+	if err := json.Unmarshal([]byte(r.ok("show", "p")), &row); err != nil {
+		t.Fatal(err)
+	}
+	if row.ParkedAt == nil || row.Phase != "parked" || row.Upstream != "down.example" {
+		t.Fatalf("show p: phase %q, parked_at %v, upstream %q; want parked, a time, down.example", row.Phase, row.ParkedAt, row.Upstream)
+	}
+	var q recordView
+	if err := json.Unmarshal([]byte(r.ok("show", "q")), &q); err != nil || q.Phase != "running" || q.ParkedAt != nil {
+		t.Fatalf("show q: %+v %v; want running, not parked", q, err)
+	}
+	var stats statsView
+	if err := json.Unmarshal([]byte(r.ok("stats", "--json")), &stats); err != nil {
+		t.Fatal(err)
+	}
+	if stats.Records.Phases["parked"] != 1 || stats.Records.Phases["running"] != 1 || stats.Records.Phases["waiting"] != 0 {
+		t.Fatalf("stats phases %v; want 1 parked, 1 running, 0 waiting", stats.Records.Phases)
+	}
+	if text := r.ok("stats"); !regexp.MustCompile(`(?m)^  parked +1 *$`).MatchString(text) {
+		t.Fatalf("stats:\n%s", text)
 	}
 	if table := r.ok("upstreams"); !strings.Contains(table, "open") {
 		t.Fatalf("upstreams:\n%s", table)

@@ -97,6 +97,12 @@ func (p *batchPlan) counts() BatchCounts {
 	for _, d := range p.dead {
 		c.Results[ResultKind{d.typ, OutcomeDead}]++
 	}
+	for _, t := range p.breakerEvents {
+		if c.BreakerTransitions == nil {
+			c.BreakerTransitions = map[upstream.BreakerState]int{}
+		}
+		c.BreakerTransitions[t.To]++
+	}
 	return c
 }
 

@@ -27,6 +27,7 @@ import (
 	"github.com/bigtables/bigtables/queue"
 	"github.com/bigtables/bigtables/refresh"
 	"github.com/bigtables/bigtables/store"
+	"github.com/bigtables/bigtables/upstream"
 )
 
 // Config tunes a Poller. Zero values take the defaults.
@@ -107,6 +108,9 @@ type BatchCounts struct {
 	Results map[ResultKind]int
 	// Disabled counts records a final failure disabled.
 	Disabled int
+	// BreakerTransitions counts the transitions of the upstreams' breakers
+	// the batch's results made, by the state they went to.
+	BreakerTransitions map[upstream.BreakerState]int
 }
 
 // DefaultDeadCap is the default cap of the dead-letter list.

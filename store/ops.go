@@ -54,6 +54,17 @@ func (s *Store) DueLag(ctx context.Context) (time.Duration, error) {
 	return time.Duration(max(lag.Float64, 0) * float64(time.Second)), nil
 }
 
+// CountParked counts the records in phase parked (held back by their
+// upstream's open breaker), from the partial index bigtables_parked: its
+// cost is the number of parked rows.
+func (s *Store) CountParked(ctx context.Context) (int64, error) {
+	var n int64
+	if err := s.db.GetContext(ctx, &n, "SELECT count(*) FROM bigtables WHERE "+phasePredicate[refresh.PhaseParked]); err != nil {
+		return 0, fmt.Errorf("count parked records: %w", err)
+	}
+	return n, nil
+}
+
 // Overview is the state of the table for operators.
 type Overview struct {
 	// Total is the number of records: PostgreSQL's estimate (pg_class,

@@ -59,6 +59,14 @@ func TestParkKeepsStateAndUnparkDiscountsTimeParked(t *testing.T) {
 		}
 		return err
 	})
+	// Operators see it: counted (metrics), and parked in the dashboard's pages.
+	if n, err := st.CountParked(ctx); err != nil || n != 1 {
+		t.Errorf("CountParked %d %v; want 1", n, err)
+	}
+	page, _, err := st.Page(ctx, store.PageQuery{Phase: refresh.PhaseParked})
+	if err != nil || len(page) != 1 || page[0].Phase() != refresh.PhaseParked || !page[0].ParkedAt.Equal(now) || page[0].Upstream != "down.example" {
+		t.Errorf("page of parked records %+v %v; want r, parked at %v, upstream down.example", page, err, now)
+	}
 	now = now.Add(3 * time.Hour)
 	inTx(func(tx *store.Tx) error {
 		n, err := tx.Unpark(ctx, "down.example", 10)
@@ -68,6 +76,9 @@ func TestParkKeepsStateAndUnparkDiscountsTimeParked(t *testing.T) {
 		return err
 	})
 	back, _ := st.Get(ctx, "r")
+	if n, err := st.CountParked(ctx); err != nil || n != 0 {
+		t.Errorf("CountParked after the release %d %v; want 0", n, err)
+	}
 	if back.Parked || back.AttemptNo != before.AttemptNo || !back.RefreshAt.Equal(before.RefreshAt) {
 		t.Fatalf("released: %+v", back.State)
 	}
