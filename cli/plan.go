@@ -388,6 +388,11 @@ func runExplain(ctx context.Context, e env, args []string) error {
 		text := strings.TrimLeft(line, " ")
 		fmt.Fprintln(e.stdout, line[:len(line)-len(text)]+"- "+text)
 	}
+	if len(pos) == 1 && pol.Spread > 0 {
+		// The record's own share of the spread (docs/design.md, U12).
+		off := refresh.SpreadOffset(pos[0], time.Duration(pol.Spread))
+		fmt.Fprintf(e.stdout, "# spread offset of %s: %s (added to each planned refresh)\n", pos[0], refresh.FormatDuration(off))
+	}
 	if set["policy"] || len(pos) == 1 {
 		b, _ := json.Marshal(json.RawMessage(pol.JSON()))
 		fmt.Fprintf(e.stdout, "# policy %s\n", b)

@@ -6,6 +6,9 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/bigtables/bigtables/refresh"
 )
 
 func plan(t *testing.T, args ...string) string {
@@ -326,5 +329,29 @@ func TestPlanBreakerFormats(t *testing.T) {
 		if _, stderr, code := r.run(bad...); code != 2 {
 			t.Errorf("%v: exit %d %s; want 2", bad, code, stderr)
 		}
+	}
+}
+
+// explain prints a policy's spread, and for a record its own offset
+// (docs/design.md, U12).
+func TestExplainSpread(t *testing.T) {
+	const line = "- Spread the planned refreshes over 15 minutes: each record keeps its own random offset\n"
+	r := &runner{t: t, env: map[string]string{}}
+	out, stderr, code := r.run("explain", "--schedule", "RRULE:FREQ=DAILY", "--policy", `{"spread":"15m"}`)
+	if code != 0 || !strings.Contains(out, line) {
+		t.Errorf("explain --policy spread: exit %d %s\n%s\nwant the line %q", code, stderr, out, line)
+	}
+	if out, _, _ := r.run("explain", "--schedule", "RRULE:FREQ=DAILY"); strings.Contains(out, "Spread") {
+		t.Errorf("explain without spread mentions it:\n%s", out)
+	}
+	db := newRunner(t)
+	if _, stderr, code := db.run("add", "--uid", "spread-1", "--input-url", "https://example.com/s.csv", "--schedule", "RRULE:FREQ=DAILY",
+		"--policy", `{"spread":"15m"}`); code != 0 {
+		t.Fatal(stderr)
+	}
+	out, stderr, code = db.run("explain", "spread-1")
+	off := refresh.FormatDuration(refresh.SpreadOffset("spread-1", 15*time.Minute))
+	if want := "# spread offset of spread-1: " + off + " (added to each planned refresh)\n"; code != 0 || !strings.Contains(out, line) || !strings.Contains(out, want) {
+		t.Errorf("explain spread-1: exit %d %s\n%s\nwant %q and %q", code, stderr, out, line, want)
 	}
 }
