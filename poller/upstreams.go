@@ -18,7 +18,7 @@ type observation struct {
 
 // observe classifies an applied success or failure: a failure the worker
 // called not retryable is the record's own fault and frees its place
-// without counting against the upstream.
+// without counting against the upstream (docs/design.md, U3).
 func observe(name string, r protocol.Result) observation {
 	switch {
 	case r.Type == protocol.Success:
@@ -45,8 +45,9 @@ func observeAll(ups map[string]*upstream.Upstream, obs []observation, now time.T
 
 // applyUpstreams updates the breakers of the batch's upstreams in the
 // transaction that applies the results: locked after the records' rows, in
-// name order, so every poller and scheduler sees one state. The breakers'
-// transitions join the plan's events, written in the same transaction.
+// name order, so every poller and scheduler sees one state (docs/design.md,
+// U2). The breakers' transitions join the plan's events, written in the
+// same transaction.
 func (p *Poller) applyUpstreams(ctx context.Context, tx *store.Tx, plan *batchPlan) error {
 	if len(plan.observed) == 0 {
 		return nil

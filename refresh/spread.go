@@ -8,7 +8,8 @@ import (
 // SpreadOffset is record uid's offset within spread: a hash of the uid
 // mapped onto [0, spread) at microsecond precision, so it is random-looking
 // across records, the same for one record at every refresh and in every
-// process, and needs no stored state. 0 when spread is 0.
+// process, and needs no stored state. 0 when spread is 0 (docs/design.md,
+// U12).
 func SpreadOffset(uid string, spread time.Duration) time.Duration {
 	us := spread.Microseconds()
 	if us <= 0 {

@@ -34,7 +34,8 @@ func upstreamsOf(rows []store.Row) []string {
 }
 
 // admit asks the row's upstream whether the due row starts now; if not,
-// the row is parked (open breaker) or left due (a limit).
+// the row is parked (open breaker) or left due (a limit): docs/design.md,
+// U5, U10, U11.
 func (p *upstreamPlan) admit(ups map[string]*upstream.Upstream, row store.Row, now time.Time) bool {
 	u := ups[row.Upstream]
 	if u == nil {
@@ -51,7 +52,8 @@ func (p *upstreamPlan) admit(ups map[string]*upstream.Upstream, row store.Row, n
 	return v == upstream.Start
 }
 
-// observe counts a timeout as a failure of the row's upstream.
+// observe counts a timeout as a failure of the row's upstream
+// (docs/design.md, U3).
 func (p *upstreamPlan) observe(ups map[string]*upstream.Upstream, name string, now time.Time) {
 	if u := ups[name]; u != nil {
 		p.transition(u.Observe(upstream.Failed, now))
@@ -67,7 +69,7 @@ func (p *upstreamPlan) transition(tr *upstream.Transition) {
 // wake turns the open breakers whose cool-down is over half-open and
 // releases their probes, and releases the next share of the parked rows of
 // closed breakers, at most batch per upstream. The released rows are due at
-// once and are claimed by the next tick.
+// once and are claimed by the next tick (docs/design.md, U6, U8).
 func (p *upstreamPlan) wake(ctx context.Context, tx *store.Tx, ups map[string]*upstream.Upstream, names []string, now time.Time, batch int) error {
 	for _, name := range names {
 		u := ups[name]

@@ -14,7 +14,7 @@ import (
 )
 
 // upstreamOf is the upstream a definition names: its own, or the host of
-// its input URL.
+// its input URL (docs/design.md, U1).
 func upstreamOf(d Definition) string {
 	if d.Upstream != "" {
 		return d.Upstream
@@ -83,7 +83,8 @@ func (d dbUpstream) upstream() (*upstream.Upstream, error) {
 // after the records' rows every caller has locked first, so two
 // transactions cannot deadlock on them. Each upstream's InFlight is the
 // number of attempts running for it when it has a max_in_flight (0
-// otherwise: nothing reads it). Empty names are left out.
+// otherwise: nothing reads it). Empty names are left out. The lock order
+// is docs/design.md, U2.
 func (tx *Tx) LockUpstreams(ctx context.Context, names []string) (map[string]*upstream.Upstream, error) {
 	seen := map[string]bool{}
 	var sorted []string
@@ -196,7 +197,7 @@ func (tx *Tx) WakingUpstreams(ctx context.Context, limit int) ([]string, error) 
 
 // Park marks the given rows (locked by this transaction) parked at the
 // transaction's now: they leave the due set, keeping attempt_no and
-// refresh_at, until Unpark.
+// refresh_at, until Unpark (docs/design.md, U5).
 func (tx *Tx) Park(ctx context.Context, uids []string) error {
 	if len(uids) == 0 {
 		return nil
@@ -213,7 +214,9 @@ func (tx *Tx) Park(ctx context.Context, uids []string) error {
 // They are due again at once, with their attempt_no and refresh_at. The
 // time parked is added to failing_since, so give_up_after (and strategies
 // that grow with the time failing) count the record's own failures, not
-// the upstream's outage.
+// the upstream's outage: refresh.Unpark in SQL (docs/design.md, U8, U9).
+// The rows are taken after the upstream's lock, with SKIP LOCKED, so the
+// release never waits on a record (U2).
 func (tx *Tx) Unpark(ctx context.Context, name string, n int) (int, error) {
 	if n <= 0 {
 		return 0, nil

@@ -34,7 +34,8 @@ const (
 	HalfOpen BreakerState = "half_open"
 )
 
-// Breaker says when an upstream's breaker opens and how it recovers.
+// Breaker says when an upstream's breaker opens and how it recovers
+// (docs/design.md, U4, U6, U7).
 type Breaker struct {
 	// Consecutive opens the breaker after this many failed attempts in a
 	// row (timeouts count; not-retryable failures do not). 0: never on
@@ -172,7 +173,8 @@ func (c Config) releaseRate() float64 {
 
 // Name returns the default upstream of an input URL: its host (with the
 // port, lower-cased, without user information). An input that is not a URL
-// with a host is its own upstream's name, so it is never mixed with others.
+// with a host is its own upstream's name, so it is never mixed with others
+// (docs/design.md, U1).
 func Name(inputURL string) string {
 	u, err := url.Parse(inputURL)
 	if err != nil || u.Host == "" {
@@ -270,7 +272,8 @@ func (u *Upstream) breaker() BreakerState {
 	return u.State.Breaker
 }
 
-// coolDown is the cool-down after the opens-th opening since the last close.
+// coolDown is the cool-down after the opens-th opening since the last close:
+// doubled at each, bounded by MaxCoolDown (docs/design.md, U7).
 func (c Config) coolDown(opens int) time.Duration {
 	d := time.Duration(c.Breaker.CoolDown)
 	limit := time.Duration(c.Breaker.MaxCoolDown)
@@ -308,7 +311,8 @@ func (u *Upstream) halfOpen(now time.Time) *Transition {
 // Admit decides, at now, whether a due record of this upstream starts, is
 // parked or waits, and on Start takes its share of the limits (a token, a
 // place in flight, a probe). An open breaker whose cool-down is over turns
-// half-open; the transition is returned when there was one.
+// half-open; the transition is returned when there was one (docs/design.md,
+// U5, U6, U10, U11).
 func (u *Upstream) Admit(now time.Time) (Verdict, *Transition) {
 	var tr *Transition
 	switch u.breaker() {
@@ -382,6 +386,7 @@ const (
 // when a threshold is crossed; a half-open one closes on a success and
 // opens again, with a longer cool-down, on a failure. An open breaker only
 // counts (its late answers are from attempts started before it opened).
+// What counts is docs/design.md, U3; the transitions U4 and U7.
 func (u *Upstream) Observe(o Outcome, now time.Time) *Transition {
 	u.InFlight = max(0, u.InFlight-1)
 	u.State.BlockedUntil = time.Time{}
@@ -469,7 +474,8 @@ func (u *Upstream) WindowFailures(now time.Time) int {
 // parked records to release: the probes of an open breaker whose cool-down
 // is over (it turns half-open), or the next share of a closed breaker's
 // parked records (bounded by the release rate, at most limit). The caller
-// releases them and reports how many it found with Released.
+// releases them and reports how many it found with Released
+// (docs/design.md, U6, U8).
 func (u *Upstream) Wake(now time.Time, limit int) (release int, tr *Transition) {
 	switch u.breaker() {
 	case Open:
