@@ -178,7 +178,7 @@ func applyBatch(rows map[string]store.Row, busy map[string]bool, items []item, n
 		if outcome != "" {
 			// Applied, so r.AttemptUID is old.AttemptUID.
 			plan.finished = append(plan.finished, store.Ended(r.BigTableUID, old, now, outcome, r.Message, step.Decision))
-			plan.observed = append(plan.observed, observe(row.Upstream, r))
+			plan.observed = append(plan.observed, observe(row.Upstream, r, step.Decision))
 		}
 		if i, done := changed[r.BigTableUID]; done {
 			plan.save[i] = row

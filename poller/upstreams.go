@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/bigtables/bigtables/protocol"
+	"github.com/bigtables/bigtables/refresh"
 	"github.com/bigtables/bigtables/store"
 	"github.com/bigtables/bigtables/upstream"
 )
@@ -16,14 +17,15 @@ type observation struct {
 	outcome  upstream.Outcome
 }
 
-// observe classifies an applied success or failure: a failure the worker
-// called not retryable is the record's own fault and frees its place
-// without counting against the upstream (docs/design.md, U3).
-func observe(name string, r protocol.Result) observation {
+// observe classifies an applied success or failure: a failure that was
+// final because of the record itself (the worker said not retryable, or
+// the policy's on_kind makes its kind final) frees its place without
+// counting against the upstream (docs/design.md, U3).
+func observe(name string, r protocol.Result, d refresh.Decision) observation {
 	switch {
 	case r.Type == protocol.Success:
 		return observation{name, upstream.Succeeded}
-	case r.NotRetryable():
+	case r.NotRetryable() || d == refresh.NotRetryable:
 		return observation{name, upstream.Uncounted}
 	}
 	return observation{name, upstream.Failed}
