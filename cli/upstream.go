@@ -52,13 +52,17 @@ func parseRate(s string) (float64, error) {
 // parseBreaker applies a breaker spec to b: "off" (never opens), or
 // key=value pairs separated by spaces or commas: consecutive=N,
 // failure-rate=50% (or 0.5), min-volume=N, window=D, cool-down=D,
-// max-cool-down=D, probes=N.
+// max-cool-down=D, probes=N. A cool-down given without max-cool-down
+// raises max-cool-down to 20 times the cool-down (at most 1 week) when it
+// is below twice the cool-down, so that the cool-down still doubles after
+// failed probes, as the default's 30s to 10m does.
 func parseBreaker(spec string, b *upstream.Breaker) error {
 	if strings.TrimSpace(spec) == "off" {
 		b.Consecutive, b.FailureRate = 0, 0
 		return nil
 	}
 	fields := strings.FieldsFunc(spec, func(r rune) bool { return r == ' ' || r == ',' })
+	given := map[string]bool{}
 	if len(fields) == 0 {
 		return fmt.Errorf("empty: expected off, or e.g. \"consecutive=5 failure-rate=50%% min-volume=20 window=1m cool-down=30s max-cool-down=10m probes=2\"")
 	}
@@ -91,6 +95,10 @@ func parseBreaker(spec string, b *upstream.Breaker) error {
 		if err != nil {
 			return fmt.Errorf("%s=%s: %v", k, v, err)
 		}
+		given[k] = true
+	}
+	if given["cool-down"] && !given["max-cool-down"] && b.MaxCoolDown < 2*b.CoolDown {
+		b.MaxCoolDown = min(20*b.CoolDown, refresh.Duration(7*24*time.Hour))
 	}
 	return nil
 }

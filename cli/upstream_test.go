@@ -126,3 +126,26 @@ func TestListPhaseParked(t *testing.T) {
 		t.Fatalf("upstreams:\n%s", table)
 	}
 }
+
+// A cool-down given alone keeps the doubling after failed probes: the
+// default max-cool-down (10m) would otherwise equal or refuse it.
+func TestBreakerCoolDownAloneStillDoubles(t *testing.T) {
+	for _, tc := range []struct {
+		spec    string
+		wantMax time.Duration
+	}{
+		{"cool-down=10m", 200 * time.Minute},
+		{"cool-down=1h", 20 * time.Hour},
+		{"cool-down=1d", 7 * 24 * time.Hour},
+		{"cool-down=1m", 10 * time.Minute},                    // the default max already allows doubling
+		{"cool-down=10m max-cool-down=10m", 10 * time.Minute}, // given: kept
+	} {
+		b := upstream.DefaultConfig().Breaker
+		if err := parseBreaker(tc.spec, &b); err != nil {
+			t.Fatalf("%s: %v", tc.spec, err)
+		}
+		if time.Duration(b.MaxCoolDown) != tc.wantMax {
+			t.Errorf("%s: max-cool-down %s; want %s", tc.spec, b.MaxCoolDown, tc.wantMax)
+		}
+	}
+}
