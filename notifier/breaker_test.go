@@ -77,7 +77,7 @@ func TestBreakerOpenedIsDelivered(t *testing.T) {
 	}
 	ev := checkSigned(t, got[0])
 	if ev.Type != "breaker_opened" || ev.BigTableUID != "" || ev.Upstream != "partner.example" || ev.From != "closed" || ev.To != "open" ||
-		ev.Why != "1 failures in a row" || ev.CoolDown != "30s" || ev.NextProbeAt == nil || !ev.NextProbeAt.Equal(ev.At.Add(30*time.Second)) ||
+		ev.Why != "1 failure" || ev.CoolDown != "30s" || ev.NextProbeAt == nil || !ev.NextProbeAt.Equal(ev.At.Add(30*time.Second)) ||
 		ev.Message == "" || ev.NotifyCustomer {
 		t.Errorf("event %s; want breaker_opened of partner.example, closed -> open, probes 30s later", got[0].body)
 	}

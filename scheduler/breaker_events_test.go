@@ -79,7 +79,7 @@ func TestBreakerEventsCommitWithTheTick(t *testing.T) {
 	opened := e.clk.Now()
 	got := events()
 	if len(got) != 1 || got[0].Type != store.EventBreakerOpened || got[0].UID != "" || got[0].From != "closed" || got[0].To != "open" ||
-		got[0].Why != "1 failures in a row" || got[0].CoolDown != time.Minute || !got[0].At.Equal(opened) ||
+		got[0].Why != "1 failure" || got[0].CoolDown != time.Minute || !got[0].At.Equal(opened) ||
 		!got[0].NextProbeAt.Equal(opened.Add(time.Minute)) || got[0].Parked != parked() {
 		t.Fatalf("events %+v; want one breaker_opened at %v, probes 1m later, %d parked", got, opened, parked())
 	}

@@ -408,6 +408,9 @@ func (u *Upstream) Observe(o Outcome, now time.Time) *Transition {
 			return nil
 		}
 		if b.Consecutive > 0 && u.State.Failures >= b.Consecutive {
+			if u.State.Failures == 1 {
+				return u.open(now, "1 failure")
+			}
 			return u.open(now, fmt.Sprintf("%d failures in a row", u.State.Failures))
 		}
 		if b.FailureRate > 0 {
