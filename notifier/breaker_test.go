@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/bigtables/bigtables/internal/testsvc"
-	"github.com/bigtables/bigtables/notifier"
 	"github.com/bigtables/bigtables/poller"
 	"github.com/bigtables/bigtables/protocol"
 	"github.com/bigtables/bigtables/queue"
@@ -58,19 +57,7 @@ func TestBreakerOpenedIsDelivered(t *testing.T) {
 
 	rc := newReceiver(t)
 	list := names.Input + "-events"
-	n, err := notifier.New(st, notifier.Config{Webhooks: []string{rc.URL + "/hook"}, Secret: secret, Queue: q, EventsList: list, Logger: quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		k, err := n.Once(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if k == 0 {
-			break
-		}
-	}
+	deliverAll(t, st, q, rc.URL+"/hook", list)
 	got := rc.deliveries()
 	if len(got) != 1 {
 		t.Fatalf("receiver got %d deliveries; want 1 (breaker_opened)", len(got))
