@@ -218,7 +218,7 @@ func runUpstreams(ctx context.Context, e env, args []string) error {
 			return writeJSON(e, views)
 		}
 		tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "NAME\tBREAKER\tFAILURES\tIN FLIGHT\tPARKED\tNEXT PROBE\tMAX IN FLIGHT\tRATE")
+		fmt.Fprintln(tw, "NAME\tBREAKER\tFAILURES\tIN_FLIGHT\tPARKED\tNEXT_PROBE\tMAX_IN_FLIGHT\tRATE")
 		for _, v := range views {
 			next := "-"
 			if v.NextProbe != nil {
