@@ -227,7 +227,7 @@ func (s *Scheduler) Tick(ctx context.Context) (TickResult, error) {
 		if err != nil {
 			return err
 		}
-		ups, err := tx.LockUpstreams(ctx, append(upstreamsOf(rows), waking...))
+		ups, err := lockUpstreams(ctx, tx, rows, waking)
 		if err != nil {
 			return err
 		}
@@ -246,9 +246,6 @@ func (s *Scheduler) Tick(ctx context.Context) (TickResult, error) {
 		if err := plan.wake(ctx, tx, ups, waking, now, s.cfg.Batch); err != nil {
 			return err
 		}
-		if err := tx.Park(ctx, plan.park); err != nil {
-			return err
-		}
 		if err := tx.SaveUpstreams(ctx, ups); err != nil {
 			return err
 		}
@@ -261,6 +258,12 @@ func (s *Scheduler) Tick(ctx context.Context) (TickResult, error) {
 			plan.held += n
 		}
 		if err := tx.Save(ctx, plan.save); err != nil {
+			return err
+		}
+		// After Save: Save finds its rows by the version the claim locked,
+		// and parking a row (redriven, or timed out and due again at once)
+		// makes a new one.
+		if err := tx.Park(ctx, plan.park); err != nil {
 			return err
 		}
 		if err := tx.WriteEvents(ctx, plan.events); err != nil {
