@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/bigtables/bigtables/refresh"
 	"github.com/bigtables/bigtables/store"
 	"github.com/bigtables/bigtables/upstream"
+	"github.com/jmoiron/sqlx"
 )
 
 // TestParkKeepsStateAndUnparkDiscountsTimeParked: a parked record keeps
@@ -198,5 +200,72 @@ func TestPeopleAndParkedRecords(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Migration 011 on a database with records: each record's upstream is
+// what upstream.Name gives for its input URL (the default new records
+// get), and migrating again changes nothing.
+func TestMigration011DerivesUpstreams(t *testing.T) {
+	ctx := context.Background()
+	url := testsvc.Database(t)
+	db, err := sqlx.Open("postgres", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	all, err := store.Migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The schema as it was before 011, with its bookkeeping.
+	if _, err := db.ExecContext(ctx, `CREATE TABLE schema_migrations (version integer PRIMARY KEY, name text NOT NULL,
+		applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range all {
+		if m.Version >= 11 {
+			break
+		}
+		if _, err := db.ExecContext(ctx, m.SQL); err != nil {
+			t.Fatalf("migration %s: %v", m.Name, err)
+		}
+		if _, err := db.ExecContext(ctx, "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", m.Version, m.Name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inputs := []string{
+		"https://API.example.com/x?y=1", "http://user:pw@h.example:8080/x", "s3://bucket/key", "not a url",
+		"http://h.example?q=1", "HTTP://Upper.Example#frag", "http://[::1]:8080/p", "ftp://files.example",
+		"https://a.example/path/with/@sign",
+	}
+	for i, in := range inputs {
+		if _, err := db.ExecContext(ctx, `INSERT INTO bigtables (uid, input_url, schedule, policy, refresh_at)
+			VALUES ($1, $2, '', $3::jsonb, now())`, fmt.Sprintf("r%d", i), in, string(refresh.DefaultPolicy().JSON())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := store.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for run := range 2 {
+		applied, err := st.Migrate(ctx)
+		if err != nil {
+			t.Fatalf("migrate (run %d): %v", run+1, err)
+		}
+		if want := len(all) - 10; run == 0 && len(applied) != want || run == 1 && len(applied) != 0 {
+			t.Fatalf("migrate run %d applied %d versions", run+1, len(applied))
+		}
+		for i, in := range inputs {
+			r, err := st.Get(ctx, fmt.Sprintf("r%d", i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := upstream.Name(in); r.Upstream != want {
+				t.Errorf("run %d: %q: upstream %q, want %q (upstream.Name)", run+1, in, r.Upstream, want)
+			}
+		}
 	}
 }
