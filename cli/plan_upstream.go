@@ -73,10 +73,10 @@ func transitionText(tr *upstream.Transition) string {
 func (b *simBreaker) Admit(now time.Time) refresh.SimAdmission {
 	var why []string
 	if b.u.State.Waking() {
-		n, tr := b.u.Wake(now, 1)
+		_, tr := b.u.Wake(now, 1)
 		why = append(why, transitionText(tr))
 		// Nothing else is parked: a release in progress ends at once.
-		b.u.Released(n, 0)
+		b.u.Released(false)
 	}
 	v, tr := b.u.Admit(now)
 	why = append(why, transitionText(tr))

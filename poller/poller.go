@@ -402,13 +402,15 @@ func (p *Poller) applyTx(ctx context.Context, items []item, rcv refresh.Received
 		if err := tx.Save(ctx, plan.save); err != nil {
 			return err
 		}
-		if err := p.applyUpstreams(ctx, tx, &plan); err != nil {
-			return err
-		}
 		if err := tx.RecordAttempts(ctx, plan.finished); err != nil {
 			return err
 		}
 		if err := tx.WriteEvents(ctx, plan.events); err != nil {
+			return err
+		}
+		// Last: the upstreams' rows are shared by every batch and tick of
+		// their records, so they are held only until the commit.
+		if err := p.applyUpstreams(ctx, tx, &plan); err != nil {
 			return err
 		}
 		if p.hooks.inTx != nil {

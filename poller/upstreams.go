@@ -70,6 +70,11 @@ func (p *Poller) applyUpstreams(ctx context.Context, tx *store.Tx, plan *batchPl
 	if err != nil {
 		return err
 	}
+	// Written here, not with the records' events: the upstreams are
+	// applied last, so their rows are held only until the commit.
+	if err := tx.WriteEvents(ctx, events); err != nil {
+		return err
+	}
 	plan.events = append(plan.events, events...)
 	return nil
 }

@@ -236,7 +236,7 @@ func (s *Scheduler) Tick(ctx context.Context) (TickResult, error) {
 		if err != nil {
 			return err
 		}
-		ups, err := tx.LockUpstreams(ctx, append(upstreamsOf(rows), waking...))
+		ups, err := lockUpstreams(ctx, tx, rows, waking)
 		if err != nil {
 			return err
 		}

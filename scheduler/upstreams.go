@@ -24,13 +24,37 @@ type upstreamPlan struct {
 	released int
 }
 
-// upstreamsOf lists the upstreams of the rows.
-func upstreamsOf(rows []store.Row) []string {
-	names := make([]string, 0, len(rows))
+// lockUpstreams locks the upstreams whose breakers and limits the tick
+// consults or changes: the waking ones, those of the claimed rows that
+// may hold a start back (tx.GuardedUpstreams), and those of the rows whose
+// running attempt may time out (a timeout counts as a failure). The
+// upstreams of the other rows (closed, no limits) are left out: every due
+// row of theirs starts and their state does not change, so locking them
+// would only make every tick and poller batch of one busy upstream wait
+// for each other.
+func lockUpstreams(ctx context.Context, tx *store.Tx, rows []store.Row, waking []string) (map[string]*upstream.Upstream, error) {
+	seen := map[string]bool{}
+	var due, lock []string
 	for _, r := range rows {
-		names = append(names, r.Upstream)
+		if seen[r.Upstream] {
+			continue
+		}
+		seen[r.Upstream] = true
+		due = append(due, r.Upstream)
 	}
-	return names
+	seen = map[string]bool{}
+	for _, r := range rows {
+		if r.Running() && !seen[r.Upstream] {
+			seen[r.Upstream] = true
+			lock = append(lock, r.Upstream)
+		}
+	}
+	guarded, err := tx.GuardedUpstreams(ctx, due)
+	if err != nil {
+		return nil, err
+	}
+	lock = append(append(lock, guarded...), waking...)
+	return tx.LockUpstreams(ctx, lock)
 }
 
 // admit asks the row's upstream whether the due row starts now; if not,
@@ -78,11 +102,14 @@ func (p *upstreamPlan) wake(ctx context.Context, tx *store.Tx, ups map[string]*u
 		}
 		n, tr := u.Wake(now, batch)
 		p.transition(tr)
-		got, err := tx.Unpark(ctx, name, n)
+		if n == 0 {
+			continue
+		}
+		got, left, err := tx.Unpark(ctx, name, n)
 		if err != nil {
 			return err
 		}
-		u.Released(n, got)
+		u.Released(left)
 		p.released += got
 	}
 	return nil

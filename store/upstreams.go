@@ -135,6 +135,26 @@ func (tx *Tx) LockUpstreams(ctx context.Context, names []string) (map[string]*up
 	return out, nil
 }
 
+// GuardedUpstreams returns, of the given names, those whose upstream may
+// hold a start back or must count it: a breaker that is not closed, a
+// release in progress, a max_in_flight or a rate. The others (no row, or
+// a closed breaker without limits) start every due record and change
+// nothing when they do, so a tick need not lock them: it would only
+// serialize the ticks and batches of one busy upstream. It reads without
+// locking.
+func (tx *Tx) GuardedUpstreams(ctx context.Context, names []string) ([]string, error) {
+	var out []string
+	if len(names) == 0 {
+		return out, nil
+	}
+	if err := tx.tx.SelectContext(ctx, &out, `SELECT name FROM upstreams WHERE name = ANY($1)
+		AND (breaker <> 'closed' OR releasing OR COALESCE((config->>'max_in_flight')::int, 0) > 0
+			OR COALESCE((config->>'rate')::float8, 0) > 0)`, pq.StringArray(names)); err != nil {
+		return nil, fmt.Errorf("find guarded upstreams: %w", err)
+	}
+	return out, nil
+}
+
 // SaveUpstreams writes the state of upstreams this transaction locked.
 func (tx *Tx) SaveUpstreams(ctx context.Context, ups map[string]*upstream.Upstream) error {
 	if len(ups) == 0 {
@@ -210,26 +230,32 @@ func (tx *Tx) Park(ctx context.Context, uids []string) error {
 }
 
 // Unpark releases up to n parked records of the upstream, those due first
-// first (skipping rows another transaction holds), and returns how many.
+// first (skipping rows another transaction holds), and returns how many,
+// and whether any is left parked (those skipped included).
 // They are due again at once, with their attempt_no and refresh_at. The
 // time parked is added to failing_since, so give_up_after (and strategies
 // that grow with the time failing) count the record's own failures, not
 // the upstream's outage: refresh.Unpark in SQL (docs/design.md, U8, U9).
 // The rows are taken after the upstream's lock, with SKIP LOCKED, so the
-// release never waits on a record (U2).
-func (tx *Tx) Unpark(ctx context.Context, name string, n int) (int, error) {
-	if n <= 0 {
-		return 0, nil
+// release never waits on a record (U2); left reports whether any parked
+// row of the upstream remains, so a release ends only when none does.
+func (tx *Tx) Unpark(ctx context.Context, name string, n int) (released int, left bool, err error) {
+	if n > 0 {
+		res, err := tx.tx.ExecContext(ctx, `UPDATE bigtables SET parked_at = NULL, updated_at = $3,
+				failing_since = failing_since + greatest($3 - parked_at, interval '0')
+			WHERE uid IN (SELECT uid FROM bigtables WHERE upstream = $1 AND parked_at IS NOT NULL
+				ORDER BY refresh_at LIMIT $2 FOR UPDATE SKIP LOCKED)`, name, n, tx.now)
+		if err != nil {
+			return 0, false, fmt.Errorf("release parked records of %q: %w", name, err)
+		}
+		got, _ := res.RowsAffected()
+		released = int(got)
 	}
-	res, err := tx.tx.ExecContext(ctx, `UPDATE bigtables SET parked_at = NULL, updated_at = $3,
-			failing_since = failing_since + greatest($3 - parked_at, interval '0')
-		WHERE uid IN (SELECT uid FROM bigtables WHERE upstream = $1 AND parked_at IS NOT NULL
-			ORDER BY refresh_at LIMIT $2 FOR UPDATE SKIP LOCKED)`, name, n, tx.now)
-	if err != nil {
-		return 0, fmt.Errorf("release parked records of %q: %w", name, err)
+	if err := tx.tx.GetContext(ctx, &left, `SELECT EXISTS (SELECT 1 FROM bigtables WHERE upstream = $1 AND parked_at IS NOT NULL)`,
+		name); err != nil {
+		return 0, false, fmt.Errorf("find parked records of %q: %w", name, err)
 	}
-	got, _ := res.RowsAffected()
-	return int(got), nil
+	return released, left, nil
 }
 
 // SetUpstream stores an upstream's configuration (validated by the caller

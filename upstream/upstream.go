@@ -515,10 +515,12 @@ func (u *Upstream) Wake(now time.Time, limit int) (release int, tr *Transition) 
 	return n, nil
 }
 
-// Released records that asked parked records were to be released and found
-// were: fewer than asked means none is left, and the release is over.
-func (u *Upstream) Released(asked, found int) {
-	if u.breaker() == Closed && found < asked {
+// Released records what the release of a closed breaker's parked records
+// left: when none is left parked, the release is over. (That fewer were
+// found than asked is not enough: a parked record another transaction
+// holds is skipped, and would then stay parked for good.)
+func (u *Upstream) Released(left bool) {
+	if u.breaker() == Closed && !left {
 		u.State.Releasing = false
 	}
 }

@@ -179,10 +179,14 @@ func TestReleaseIsSpreadByTheRate(t *testing.T) {
 	if total != 50 {
 		t.Fatalf("released %d in 10s at 5/s, want 50", total)
 	}
-	n, _ := u.Wake(at(42*time.Second), 1000)
-	u.Released(n, n-1)
+	u.Wake(at(42*time.Second), 1000)
+	u.Released(true)
+	if !u.State.Releasing {
+		t.Fatal("a release with parked records left is over")
+	}
+	u.Released(false)
 	if u.State.Releasing {
-		t.Fatal("a release that found fewer parked records than asked is over")
+		t.Fatal("a release with no parked record left is not over")
 	}
 	if n, _ := u.Wake(at(50*time.Second), 1000); n != 0 {
 		t.Fatalf("released %d after the release ended", n)
