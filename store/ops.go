@@ -150,6 +150,19 @@ func (tx *Tx) setPaused(ctx context.Context, r Row, paused bool) (Row, error) {
 	return r, nil
 }
 
+// unparkOne ends the parking of a locked row (refresh.Unpark: the time
+// parked is taken off its failing time) and returns it with its new
+// version's ctid.
+func (tx *Tx) unparkOne(ctx context.Context, r Row) (Row, error) {
+	r.State = refresh.Unpark(r.State, r.ParkedAt, tx.now)
+	const q = `UPDATE bigtables SET parked_at = NULL WHERE ctid = $1::tid AND uid = $2 RETURNING ctid::text`
+	if err := tx.tx.QueryRowContext(ctx, q, r.tid, r.UID).Scan(&r.tid); err != nil {
+		return Row{}, fmt.Errorf("end parking: %w", err)
+	}
+	r.ParkedAt = time.Time{}
+	return r, tx.Save(ctx, []Row{r})
+}
+
 // Pause holds the record (refresh.Pause): it is not started until Resume.
 // Its running attempt, if any, is cancelled, recorded in the history as
 // "cancelled" and returned so that its worker can be told.
@@ -203,6 +216,15 @@ func (s *Store) Resume(ctx context.Context, uid string) (Row, error) {
 		}
 		if !was {
 			return nil
+		}
+		if r.Parked {
+			// A release passes over paused records (Unpark), so a
+			// resumed one leaves its parking here, like a saved one:
+			// due at its refresh_at, parked again by the next tick if
+			// its upstream's breaker is still open (docs/design.md, U9).
+			if out, err = tx.unparkOne(ctx, out); err != nil {
+				return err
+			}
 		}
 		return tx.WriteEvents(ctx, []Event{{Type: EventResumed, UID: uid}})
 	})

@@ -231,7 +231,8 @@ func (tx *Tx) Park(ctx context.Context, uids []string) error {
 
 // Unpark releases up to n parked records of the upstream, those due first
 // first (skipping rows another transaction holds), and returns how many,
-// and whether any is left parked (those skipped included).
+// and whether any is left parked (those skipped included). Paused records
+// are passed over and not counted: Resume ends their parking.
 // They are due again at once, with their attempt_no and refresh_at. The
 // time parked is added to failing_since, so give_up_after (and strategies
 // that grow with the time failing) count the record's own failures, not
@@ -243,7 +244,7 @@ func (tx *Tx) Unpark(ctx context.Context, name string, n int) (released int, lef
 	if n > 0 {
 		res, err := tx.tx.ExecContext(ctx, `UPDATE bigtables SET parked_at = NULL, updated_at = $3,
 				failing_since = failing_since + greatest($3 - parked_at, interval '0')
-			WHERE uid IN (SELECT uid FROM bigtables WHERE upstream = $1 AND parked_at IS NOT NULL
+			WHERE uid IN (SELECT uid FROM bigtables WHERE upstream = $1 AND parked_at IS NOT NULL AND NOT paused
 				ORDER BY refresh_at LIMIT $2 FOR UPDATE SKIP LOCKED)`, name, n, tx.now)
 		if err != nil {
 			return 0, false, fmt.Errorf("release parked records of %q: %w", name, err)
@@ -251,7 +252,7 @@ func (tx *Tx) Unpark(ctx context.Context, name string, n int) (released int, lef
 		got, _ := res.RowsAffected()
 		released = int(got)
 	}
-	if err := tx.tx.GetContext(ctx, &left, `SELECT EXISTS (SELECT 1 FROM bigtables WHERE upstream = $1 AND parked_at IS NOT NULL)`,
+	if err := tx.tx.GetContext(ctx, &left, `SELECT EXISTS (SELECT 1 FROM bigtables WHERE upstream = $1 AND parked_at IS NOT NULL AND NOT paused)`,
 		name); err != nil {
 		return 0, false, fmt.Errorf("find parked records of %q: %w", name, err)
 	}

@@ -150,8 +150,9 @@ func parkAll(t *testing.T, st *store.Store, now time.Time, uids ...string) {
 
 // What people do to a parked record: saving it (update) unparks it, due
 // at once like any update, on its new upstream when the update names one;
-// pausing it shows it paused and resuming it parked again until its
-// upstream releases it; deleting it leaves its upstream nothing to release.
+// pausing it shows it paused, and a release passes over it; resuming it
+// ends its parking (due, parked again by a tick while the breaker is
+// open); deleting it leaves its upstream nothing to release.
 func TestPeopleAndParkedRecords(t *testing.T) {
 	ctx := context.Background()
 	base := testsvc.Store(t)
@@ -182,13 +183,6 @@ func TestPeopleAndParkedRecords(t *testing.T) {
 	if got, _ := st.Get(ctx, "paused"); got.Phase() != refresh.PhasePaused {
 		t.Errorf("paused: phase %s, want paused", got.Phase())
 	}
-	if _, err := st.Resume(ctx, "paused"); err != nil {
-		t.Fatal(err)
-	}
-	if got, _ := st.Get(ctx, "paused"); got.Phase() != refresh.PhaseParked {
-		t.Errorf("resumed: phase %s, want parked (its upstream still holds it)", got.Phase())
-	}
-
 	if _, err := st.Delete(ctx, "deleted"); err != nil {
 		t.Fatal(err)
 	}
@@ -202,15 +196,26 @@ func TestPeopleAndParkedRecords(t *testing.T) {
 	if len(ups) != 1 || ups[0].Parked != 1 {
 		t.Fatalf("upstreams %+v; want down.example with 1 parked record (paused)", ups)
 	}
+	// A release (a probe) passes over the paused record: it could not
+	// start, and would use up the probe.
 	err = st.InTx(ctx, func(tx *store.Tx) error {
 		n, left, err := tx.Unpark(ctx, "down.example", 10)
-		if n != 1 || left {
-			t.Errorf("release: %d released, left %v; want the resumed record only, none left", n, left)
+		if n != 0 || left {
+			t.Errorf("release: %d released, left %v; want the paused record passed over, none left", n, left)
 		}
 		return err
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Resuming ends its parking: due at once; a tick parks it again if
+	// the breaker is still open.
+	now = now.Add(time.Minute)
+	if _, err := st.Resume(ctx, "paused"); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := st.Get(ctx, "paused"); got.Phase() != refresh.PhaseWaiting || !got.ParkedAt.IsZero() || !got.Due(now) {
+		t.Errorf("resumed: phase %s parked_at %v due %v; want waiting, not parked, due", got.Phase(), got.ParkedAt, got.Due(now))
 	}
 }
 
