@@ -56,7 +56,7 @@ type Config struct {
 	// Progress receives a progress line while the bench runs.
 	Progress io.Writer
 	// Only, when not empty, runs only the named steps: e2e, baseline, two,
-	// alone, latency, scale, memory.
+	// alone, latency, scale, memory, upstreams.
 	Only []string
 }
 
@@ -108,6 +108,8 @@ type Result struct {
 	PollerSmallBacklog     int     `json:"poller_small_backlog"`
 	PollerRSSRatio         float64 `json:"poller_rss_ratio"`
 	PollerRSSSkippedReason string  `json:"poller_rss_skipped,omitempty"`
+	// Upstreams holds the upstreams scenario's figures when it ran.
+	Upstreams *UpstreamsResult `json:"upstreams,omitempty"`
 }
 
 // env is one isolated database and key prefix.
@@ -181,6 +183,11 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			if errors.As(err, &skip) {
 				res.PollerRSSSkippedReason, err = string(skip), nil
 			}
+			return err
+		}},
+		{"upstreams", "10 upstreams, one dead for a while", func() error {
+			r, err := e.upstreams(ctx)
+			res.Upstreams = &r
 			return err
 		}},
 	}
@@ -260,7 +267,7 @@ func (e *env) reset(ctx context.Context) error {
 	// (checkpoint_timeout is minutes). It needs superuser or pg_checkpoint;
 	// without, the step runs as it would.
 	e.db.ExecContext(ctx, "CHECKPOINT")
-	if _, err := e.db.ExecContext(ctx, "TRUNCATE bigtables, bigtable_attempts"); err != nil {
+	if _, err := e.db.ExecContext(ctx, "TRUNCATE bigtables, bigtable_attempts, upstreams"); err != nil {
 		return fmt.Errorf("truncate: %w", err)
 	}
 	if err := e.rdb.Del(ctx, e.names.Input, e.names.Output, e.names.Dead).Err(); err != nil {
@@ -271,7 +278,9 @@ func (e *env) reset(ctx context.Context) error {
 }
 
 // insert adds n records named prefix+i with a one-off policy, due at due
-// (NULL when due is zero), in one statement.
+// (NULL when due is zero), in one statement. Like every loader of the
+// bench, it sets the upstream Add would (the host, bench.invalid), so the
+// ticks and batches pay for locking it as they would in production.
 func (e *env) insert(ctx context.Context, prefix string, n int, due time.Time) error {
 	pol := refresh.DefaultPolicy()
 	pol.Timeout = refresh.Duration(10 * time.Minute)
@@ -279,8 +288,8 @@ func (e *env) insert(ctx context.Context, prefix string, n int, due time.Time) e
 	if !due.IsZero() {
 		at = due
 	}
-	const q = `INSERT INTO bigtables (uid, input_url, schedule, policy, refresh_at)
-		SELECT $1 || lpad(i::text, 8, '0'), 'http://bench.invalid/' || i, '', $2::jsonb, $3::timestamptz
+	const q = `INSERT INTO bigtables (uid, input_url, schedule, policy, refresh_at, upstream)
+		SELECT $1 || lpad(i::text, 8, '0'), 'http://bench.invalid/' || i, '', $2::jsonb, $3::timestamptz, 'bench.invalid'
 		FROM generate_series(1, $4) AS i`
 	if _, err := e.db.ExecContext(ctx, q, prefix, string(pol.JSON()), at, n); err != nil {
 		return fmt.Errorf("insert %d records: %w", n, err)
@@ -516,9 +525,9 @@ func (e *env) latency(ctx context.Context) (dueP50, dueP99, applyP50, applyP99 f
 	base := time.Now().Add(time.Second)
 	// Record i falls due at base + i*spread/n.
 	pol := refresh.DefaultPolicy()
-	const q = `INSERT INTO bigtables (uid, input_url, schedule, policy, refresh_at)
+	const q = `INSERT INTO bigtables (uid, input_url, schedule, policy, refresh_at, upstream)
 		SELECT 'l' || lpad(i::text, 8, '0'), 'http://bench.invalid/' || i, '', $1::jsonb,
-		       $2::timestamptz + (i * $3::bigint) * interval '1 microsecond'
+		       $2::timestamptz + (i * $3::bigint) * interval '1 microsecond', 'bench.invalid'
 		FROM generate_series(0, $4 - 1) AS i`
 	step := spread.Microseconds() / int64(n)
 	if _, err := e.db.ExecContext(ctx, q, string(pol.JSON()), base, step, n); err != nil {

@@ -211,8 +211,8 @@ func (s scaleSpec) count(n, slot int) int {
 
 // generateRows is the server-side loader: records lo..hi, as spec says.
 const generateRows = `
-INSERT INTO bigtables (uid, input_url, schedule, policy, refresh_at)
-SELECT 'r' || lpad(i::text, 8, '0'), 'http://bench.invalid/' || i, ($3::text[])[s], $4::jsonb, ($5::timestamptz[])[s]
+INSERT INTO bigtables (uid, input_url, schedule, policy, refresh_at, upstream)
+SELECT 'r' || lpad(i::text, 8, '0'), 'http://bench.invalid/' || i, ($3::text[])[s], $4::jsonb, ($5::timestamptz[])[s], 'bench.invalid'
 FROM generate_series($1::int, $2::int) AS i,
      LATERAL (SELECT CASE i % $6 WHEN 0 THEN 1 WHEN 1 THEN 2 ELSE 3 + i % 16 END AS s) AS slot`
 
@@ -420,8 +420,8 @@ func RunScale(ctx context.Context, cfg ScaleConfig) (ScaleResult, error) {
 func (e *env) insertDue(ctx context.Context, at time.Time) error {
 	pol := refresh.DefaultPolicy()
 	pol.Timeout = refresh.Duration(10 * time.Minute)
-	_, err := e.db.ExecContext(ctx, `INSERT INTO bigtables (uid, input_url, schedule, policy, refresh_at)
-		SELECT 'due' || lpad(i::text, 8, '0'), 'http://bench.invalid/due' || i, '', $1::jsonb, $2::timestamptz
+	_, err := e.db.ExecContext(ctx, `INSERT INTO bigtables (uid, input_url, schedule, policy, refresh_at, upstream)
+		SELECT 'due' || lpad(i::text, 8, '0'), 'http://bench.invalid/due' || i, '', $1::jsonb, $2::timestamptz, 'bench.invalid'
 		FROM generate_series(1, 1000) AS i`, string(pol.JSON()), at)
 	if err != nil {
 		return fmt.Errorf("insert the due records: %w", err)

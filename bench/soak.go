@@ -160,8 +160,8 @@ const TargetSoakDrift = 0.10
 // soakInsert stores the soak's records: record i runs every period at
 // second slot i % slots of it, first at the next such time.
 const soakInsert = `
-INSERT INTO bigtables (uid, input_url, schedule, policy, refresh_at)
-SELECT 's' || lpad(i::text, 8, '0'), 'http://bench.invalid/' || i, ($3::text[])[i % $5 + 1], $4::jsonb, ($6::timestamptz[])[i % $5 + 1]
+INSERT INTO bigtables (uid, input_url, schedule, policy, refresh_at, upstream)
+SELECT 's' || lpad(i::text, 8, '0'), 'http://bench.invalid/' || i, ($3::text[])[i % $5 + 1], $4::jsonb, ($6::timestamptz[])[i % $5 + 1], 'bench.invalid'
 FROM generate_series($1::int, $2::int) AS i`
 
 // RunSoak runs a steady load for cfg.Duration and samples it every

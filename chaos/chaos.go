@@ -341,6 +341,11 @@ func (r *run) setup(ctx context.Context) (func(), error) {
 	if _, err := r.st.Migrate(ctx); err != nil {
 		return cleanup, err
 	}
+	msg, err := breakerOff(ctx, r.st, "chaos.invalid")
+	if err != nil {
+		return cleanup, err
+	}
+	r.say("%s", msg)
 	if r.db, err = sqlx.Open("postgres", r.dbURL); err != nil {
 		return cleanup, err
 	}

@@ -208,7 +208,7 @@ func (r *run) check(ctx context.Context) (Report, error) {
 			}
 		}
 	}
-	// 4. Rows nobody can read are parked, not retried at every tick.
+	// 4. Rows nobody can read are disabled, not retried at every tick.
 	parked := inv("rows with an unreadable schedule or policy end disabled with the parse error as reason, never started")
 	for _, row := range rows {
 		want, ok := r.unreadable[row.UID]

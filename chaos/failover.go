@@ -176,6 +176,11 @@ func RunFailover(ctx context.Context, cfg FailoverConfig) (FailoverReport, error
 	if _, err := r.st.Migrate(ctx); err != nil {
 		return rep, err
 	}
+	msg, err := breakerOff(ctx, r.st, "failover.invalid")
+	if err != nil {
+		return rep, err
+	}
+	r.say("%s", msg)
 	if r.db, err = sqlx.Open("postgres", dbURL); err != nil {
 		return rep, err
 	}

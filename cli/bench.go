@@ -27,7 +27,7 @@ func runBench(ctx context.Context, e env, args []string) error {
 	fs.IntVar(&bc.Backlog, "backlog", 1_000_000, "results the poller drains in the memory test")
 	fs.BoolVar(&asJSON, "json", false, "print the figures as one JSON object")
 	check := fs.Bool("check", false, "exit 1 when a figure misses its target (for CI tracking)")
-	only := fs.String("only", "", "run only these steps, comma-separated: e2e, baseline, two, alone, latency, scale, memory")
+	only := fs.String("only", "", "run only these steps, comma-separated: e2e, baseline, two, alone, latency, scale, memory, upstreams")
 	cpuProfile := fs.String("cpuprofile", "", "write a Go CPU profile of the whole run to this file (go tool pprof FILE)")
 	if _, err := parse(fs, args, 0); err != nil {
 		return err
@@ -94,6 +94,11 @@ func runBench(ctx context.Context, e env, args []string) error {
 			note = fmt.Sprintf("ratio %.2f; target n/a at this size (judged from --backlog %s)", res.PollerRSSRatio, thousands(bench.TargetRSSMinBacklog))
 		}
 		row("poller peak RSS, "+thousands(res.PollerBacklog)+" backlog (MiB)", fmt.Sprintf("%.1f", res.PollerPeakRSSMiBLarge), note)
+	}
+	if u := res.Upstreams; u != nil {
+		row("upstreams: 9 healthy, refreshes/s all up / one dead", fmt.Sprintf("%.0f / %.0f", u.HealthyRefreshesPerSec, u.HealthyWhileDeadPerSec), fmt.Sprintf("ratio %.2f", u.HealthyThroughputRatio))
+		row("upstreams: attempts on the dead one while open", strconv.Itoa(u.AttemptsOnDeadWhileOpen), fmt.Sprintf("probes allowed %d (%d rounds), dead %.0fs", u.ProbesAllowed, u.ProbeRounds, u.DeadSec))
+		row("upstreams: parked, then released and refreshed in (s)", fmt.Sprintf("%d, %.1f", u.ParkedAtRecovery, u.ReleaseSec), fmt.Sprintf("%.1f/s, release rate %.0f/s", u.ReleaseObservedPerSec, u.ReleaseRatePerSec))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -11,6 +11,8 @@
 //	pause         hold a record: never started, its running attempt cancelled
 //	resume        lift a pause
 //	run           refresh a record now, changing nothing else
+//	upstream      configure an upstream: upstream set NAME --max-in-flight N --rate R/s --breaker SPEC
+//	upstreams     list upstreams: breaker, failures, in flight, parked, next probe
 //	dead          list, requeue or purge dead letters
 //	stats         counts by phase, due lag, queue depths, live pollers
 //	plan          simulate a policy on a clock and print every attempt
@@ -81,6 +83,8 @@ var commands = []command{
 	{"pause", "hold a record: never started until resumed; its running attempt is cancelled", runPause},
 	{"resume", "lift a pause", runResume},
 	{"run", "refresh a record now, changing nothing else", runRun},
+	{"upstream", "configure an upstream: upstream set NAME --max-in-flight N --rate R/s --breaker SPEC", runUpstream},
+	{"upstreams", "list upstreams: breaker state, failures in the window, in flight, parked records, next probe", runUpstreams},
 	{"dead", "list, requeue or purge dead letters", runDead},
 	{"stats", "counts by phase, due lag, queue depths and live pollers (text or --json)", runStats},
 	{"plan", "simulate a policy on a clock and print every attempt", runPlan},
@@ -282,6 +286,8 @@ var sharedFlags = map[string]int{
 	"notifier":     takesDatabase | takesRedis | takesQueues, // the events list shares the queues' hash tag
 	"events":       takesDatabase,
 	"web":          takesDatabase | takesRedis | takesQueues,
+	"upstream":     takesDatabase,
+	"upstreams":    takesDatabase,
 }
 
 // examples are the lines each command's help ends with.
@@ -296,7 +302,8 @@ var examples = map[string][]string{
 	"show": {"bigtables show report-1", "bigtables show report-1 --history 10"},
 	"list": {"bigtables list", "bigtables list --disabled --json --limit 50"},
 	"plan": {"bigtables plan --schedule 'RRULE:FREQ=DAILY;BYHOUR=6' --start 2024-03-04T05:00:00Z --fail-all",
-		"bigtables plan --retries 30m --start 2024-03-04T12:30:00Z --outcomes failure:30m,success --format json"},
+		"bigtables plan --retries 30m --start 2024-03-04T12:30:00Z --outcomes failure:30m,success --format json",
+		"bigtables plan --schedule 'RRULE:FREQ=HOURLY' --timeout 10m --retries 0,1m,5m --start 2024-03-04T00:00:00Z \\\n    --outage 2024-03-04T00:00:00Z/30m --breaker 'consecutive=2 cool-down=10m max-cool-down=1h'"},
 	"explain": {"bigtables explain report-1", "bigtables explain --strategy 'fibonacci unit=1m max_attempts=10'"},
 	"scheduler": {"bigtables scheduler",
 		"bigtables scheduler --batch 5000 --keep-attempts 20 --keep-days 30 --log-format json"},
@@ -319,12 +326,16 @@ var examples = map[string][]string{
 	"notifier": {"bigtables notifier --webhook https://hooks.example.com/bigtables   # BIGTABLES_WEBHOOK_SECRET signs",
 		"bigtables notifier --allow-host '*.example.com' --events-list bigtables-events --keep 720h"},
 	"events": {"bigtables events --uid report-1", "bigtables events --follow --type disabled --json",
-		"bigtables events --dead", "bigtables events requeue 42"},
+		"bigtables events --upstream partner --type breaker_opened", "bigtables events --dead", "bigtables events requeue 42"},
 	"web": {"bigtables web                         # read-only, on 127.0.0.1:8080",
 		"BIGTABLES_ADMIN_TOKEN=... bigtables web --addr 127.0.0.1:8080   # with actions"},
 	"bench-scale": {"bigtables bench-scale                  # 10,000,000 records, two 1,000,000-record bursts",
 		"bigtables bench-scale --stored 100000 --burst 10000 --partitions 8 --json"},
-	"soak":       {"bigtables soak --duration 30m", "bigtables soak --duration 5m --rate 3000 --plot docs/soak.svg"},
+	"soak": {"bigtables soak --duration 30m", "bigtables soak --duration 5m --rate 3000 --plot docs/soak.svg"},
+	"upstream": {"bigtables upstream set partner --max-in-flight 20 --rate 5/s",
+		"bigtables upstream set api.example.com --breaker 'consecutive=3 cool-down=1m'",
+		"bigtables upstream set flaky.example.com --breaker off"},
+	"upstreams":  {"bigtables upstreams", "bigtables upstreams --json"},
 	"completion": {"bigtables completion bash > /etc/bash_completion.d/bigtables", "source <(bigtables completion zsh)"},
 }
 

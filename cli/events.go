@@ -42,12 +42,13 @@ const followLookback = 1000
 
 func runEvents(ctx context.Context, e env, args []string) error {
 	var cfg Config
-	var uid, typ string
+	var uid, up, typ string
 	var follow, dead, asJSON bool
 	var limit int
 	var every time.Duration
-	fs := flagSet(e, "events", "events [--follow] [--uid U] [--type T] [--dead] [--limit N] [--json] | events requeue ID", &cfg)
-	fs.StringVar(&uid, "uid", "", "only this record's events")
+	fs := flagSet(e, "events", "events [--follow] [--uid U] [--upstream NAME] [--type T] [--dead] [--limit N] [--json] | events requeue ID", &cfg)
+	fs.StringVar(&uid, "uid", "", "only this record's events (an upstream's breaker events belong to no record: see --upstream)")
+	fs.StringVar(&up, "upstream", "", "only this upstream's breaker events (breaker_opened, breaker_half_open, breaker_closed)")
 	fs.StringVar(&typ, "type", "", "only events of this type: "+typeNames())
 	fs.BoolVar(&follow, "follow", false, "keep printing new events until interrupted")
 	fs.BoolVar(&dead, "dead", false, "only dead events (their last delivery retry failed): requeue them with 'events requeue ID'")
@@ -80,7 +81,7 @@ func runEvents(ctx context.Context, e env, args []string) error {
 	if limit < 1 || limit > 10000 || every <= 0 {
 		return usagef("--limit must be from 1 to 10000 and --interval positive")
 	}
-	f := store.EventFilter{UID: uid, Type: store.EventType(typ), Last: true, Limit: limit}
+	f := store.EventFilter{UID: uid, Upstream: up, Type: store.EventType(typ), Last: true, Limit: limit}
 	if dead {
 		f.State = store.EventDead
 	}
@@ -170,10 +171,29 @@ func printEvents(e env, list []store.Event, asJSON, header bool) error {
 		if v.LastError != "" {
 			detail = strings.TrimSpace(detail + " (last error: " + v.LastError + ")")
 		}
+		if v.BigTableUID == "" && v.To != "" {
+			detail = breakerDetail(v.Event)
+		}
 		if detail == "" {
 			detail = v.Message
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", v.ID, v.At.UTC().Format(time.RFC3339), v.Type, who, v.State, v.Tries, oneLine(detail, 100))
 	}
 	return tw.Flush()
+}
+
+// breakerDetail is a breaker event's detail column: the move, why, and
+// what follows.
+func breakerDetail(ev protocol.Event) string {
+	d := fmt.Sprintf("%s -> %s: %s", ev.From, ev.To, ev.Why)
+	if ev.CoolDown != "" {
+		d += "; cool-down " + ev.CoolDown
+	}
+	if ev.NextProbeAt != nil {
+		d += ", probes at " + ev.NextProbeAt.UTC().Format(time.RFC3339)
+	}
+	if ev.Parked > 0 {
+		d += fmt.Sprintf("; %d parked", ev.Parked)
+	}
+	return d
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/bigtables/bigtables/internal/wait"
 	"github.com/bigtables/bigtables/notifier"
 	"github.com/bigtables/bigtables/store"
+	"github.com/bigtables/bigtables/upstream"
 )
 
 // events lists, filters and prints events as a table or JSON; bad filters
@@ -51,6 +52,43 @@ func TestEventsCommand(t *testing.T) {
 	}
 	if _, stderr, code := r.run("events", "requeue", "12345"); code != 1 || !strings.Contains(stderr, "no dead event") {
 		t.Errorf("requeue of a missing event: exit %d, %q", code, stderr)
+	}
+}
+
+// An upstream's breaker events belong to no record: --type and --upstream
+// select them, --uid never shows them, and the table names the upstream.
+func TestEventsOfBreakers(t *testing.T) {
+	r := newOpsRunner(t)
+	ctx := context.Background()
+	r.ok("add", "--uid", "u1", "--input-url", "https://partner.example/a")
+	r.ok("pause", "u1")
+	at := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, tr := range []upstream.Transition{
+		{Upstream: "partner.example", From: upstream.Closed, To: upstream.Open, At: at, Why: "5 failures in a row", CoolDown: 30 * time.Second},
+		{Upstream: "other.example", From: upstream.HalfOpen, To: upstream.Closed, At: at, Why: "a probe succeeded"},
+	} {
+		if err := r.st.WriteEvent(ctx, store.BreakerEvent(tr, 3)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var views []eventView
+	if err := json.Unmarshal([]byte(r.ok("events", "--json", "--type", "breaker_opened")), &views); err != nil {
+		t.Fatal(err)
+	}
+	if len(views) != 1 || views[0].Upstream != "partner.example" || views[0].BigTableUID != "" || views[0].From != "closed" ||
+		views[0].To != "open" || views[0].Why != "5 failures in a row" || views[0].CoolDown != "30s" ||
+		views[0].NextProbeAt == nil || !views[0].NextProbeAt.Equal(at.Add(30*time.Second)) || views[0].Parked != 3 {
+		t.Errorf("events --type breaker_opened = %+v", views)
+	}
+	if out := r.ok("events", "--upstream", "other.example"); !strings.Contains(out, "breaker_closed") || strings.Contains(out, "breaker_opened") || strings.Contains(out, "paused") {
+		t.Errorf("events --upstream other.example:\n%s", out)
+	}
+	if out := r.ok("events", "--uid", "u1"); strings.Contains(out, "breaker") || !strings.Contains(out, "paused") {
+		t.Errorf("events --uid u1 shows other than the record's events:\n%s", out)
+	}
+	if out := r.ok("events"); !strings.Contains(out, "upstream partner.example") ||
+		!strings.Contains(out, "closed -> open: 5 failures in a row; cool-down 30s, probes at 2030-01-01T00:00:30Z; 3 parked") {
+		t.Errorf("events table does not name the upstream and what happened:\n%s", out)
 	}
 }
 

@@ -68,7 +68,7 @@ func TestGoldenPlanAndExplain(t *testing.T) {
 // list and show, on records in every phase, with their times fixed.
 func TestGoldenListAndShow(t *testing.T) {
 	r := newRunner(t)
-	for _, uid := range []string{"a-waiting", "b-running", "c-retrying", "d-disabled", "e-idle"} {
+	for _, uid := range []string{"a-waiting", "b-running", "c-retrying", "d-disabled", "e-idle", "f-parked"} {
 		_, stderr, code := r.run("add", "--uid", uid, "--input-url", "https://example.com/"+uid+".csv",
 			"--schedule", "DTSTART:20240304T060000Z\nRRULE:FREQ=DAILY;BYHOUR=6,16", "--refresh-at", "2024-03-04T16:00:00Z")
 		if code != 0 {
@@ -88,6 +88,9 @@ func TestGoldenListAndShow(t *testing.T) {
 		`UPDATE bigtables SET attempt_no = 7, failing_since = '2024-03-04T06:00:00Z', refresh_at = NULL,
 			disabled_until_update = true, disabled_reason = 'Cannot refresh BigTable after 7 attempts: GET: 503 Service Unavailable' WHERE uid = 'd-disabled'`,
 		`UPDATE bigtables SET refresh_at = NULL, schedule = '' WHERE uid = 'e-idle'`,
+		// Due at 06:00, parked by its upstream's open breaker at 06:00:05
+		// (what a tick does: store/upstreams.go Park).
+		`UPDATE bigtables SET refresh_at = '2024-03-04T06:00:00Z', parked_at = '2024-03-04T06:00:05Z' WHERE uid = 'f-parked'`,
 		`INSERT INTO bigtable_attempts (attempt_uid, uid, attempt_no, started_at, finished_at, outcome, message, decision)
 			VALUES ('ckprevious00000000000000', 'c-retrying', 2, '2024-03-04T06:01:00Z', '2024-03-04T06:10:00Z', 'failure', 'HTTP 503', 'retry')`,
 	} {
@@ -103,6 +106,7 @@ func TestGoldenListAndShow(t *testing.T) {
 		{"list-disabled", []string{"list", "--disabled"}},
 		{"show", []string{"show", "b-running"}},
 		{"show-history", []string{"show", "c-retrying", "--history", "5"}},
+		{"show-parked", []string{"show", "f-parked"}},
 	} {
 		out, stderr, code := r.run(tt.args...)
 		if code != 0 {

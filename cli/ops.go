@@ -38,7 +38,7 @@ func serveOps(ctx context.Context, addr string, log *slog.Logger, st *store.Stor
 		PollersAlive: func(ctx context.Context) (int, error) { return q.PollersAlive(ctx, time.Now()) }}
 	probes := []metrics.Probe{{Name: "redis", Check: q.Ping}}
 	if st != nil {
-		src.DueLag = st.DueLag
+		src.DueLag, src.Parked, src.Upstreams = st.DueLag, st.CountParked, st.Upstreams
 		probes = append(probes, metrics.Probe{Name: "postgres", Check: st.Ping})
 	}
 	m := metrics.New(src, health)

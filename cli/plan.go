@@ -12,6 +12,7 @@ import (
 	"github.com/bigtables/bigtables/refresh"
 	"github.com/bigtables/bigtables/schedule"
 	"github.com/bigtables/bigtables/store"
+	"github.com/bigtables/bigtables/upstream"
 )
 
 // rulesFromFlags builds the definition and policy the flags describe, with
@@ -35,12 +36,12 @@ func rulesFromFlags(e env, d *defFlags, set map[string]bool, start time.Time) (s
 func runPlan(ctx context.Context, e env, args []string) error {
 	var cfg Config
 	var d defFlags
-	var start, outcomes, format string
+	var start, outcomes, format, outage, breaker string
 	var failAll bool
 	var seed uint64
 	var run time.Duration
 	var limit int
-	fs := flagSet(e, "plan", "plan [policy flags] --start T (--outcomes success,failure,timeout,... | --fail-all) [--seed N] [--format table|json|mermaid]", &cfg)
+	fs := flagSet(e, "plan", "plan [policy flags] --start T (--outcomes success,failure,timeout,... | --fail-all) [--outage START/DURATION] [--breaker SPEC] [--seed N] [--format table|json|mermaid]", &cfg)
 	d.register(fs)
 	fs.StringVar(&start, "start", "now", "when the record is first due: an RFC 3339 time (`T`) or now")
 	fs.StringVar(&outcomes, "outcomes", "", "the attempts' `OUTCOMES` in order: success, failure, timeout, not_retryable, each optionally :duration (failure:10m), and a failure's :kind and :retry_after (failure:rate_limited:30s)")
@@ -49,6 +50,8 @@ func runPlan(ctx context.Context, e env, args []string) error {
 	fs.StringVar(&format, "format", "table", "output `FORMAT`: table, json or mermaid (a Gantt chart)")
 	fs.DurationVar(&run, "run", time.Minute, "how long an attempt runs before success or failure")
 	fs.IntVar(&limit, "limit", 200, "stop after this many attempts")
+	fs.StringVar(&outage, "outage", "", "the upstream is down from START for DURATION (`START/DURATION`: 2024-03-04T00:00:00Z/2h, or START/END): every attempt starting in it fails, and the upstream's breaker parks the record (--outcomes, if given, are for the other attempts; else they succeed)")
+	fs.StringVar(&breaker, "breaker", "", "the upstream's breaker, as upstream set --breaker takes it (`SPEC`: \"consecutive=2 cool-down=10m\"; keys not given keep the defaults; off); default: the default breaker")
 	if _, err := parse(fs, args, 0); err != nil {
 		return err
 	}
@@ -60,10 +63,32 @@ func runPlan(ctx context.Context, e env, args []string) error {
 			return usagef("--start %q: expected an RFC 3339 time (2024-03-04T06:00:00Z) or now", start)
 		}
 	}
-	if (outcomes == "") == !failAll {
-		return usagef("give --outcomes or --fail-all (one of them)")
-	}
 	opt := refresh.SimOptions{FailAll: failAll, Run: run, Limit: limit}
+	switch {
+	case set["outage"] && failAll:
+		return usagef("--outage with --fail-all: the outage's attempts fail anyway; give --outcomes for the others, or nothing (they succeed)")
+	case set["outage"]:
+		var err error
+		if opt.Outage, err = parseOutage(outage); err != nil {
+			return usagef("--outage %v", err)
+		}
+	case (outcomes == "") == !failAll:
+		return usagef("give --outcomes or --fail-all (one of them), or --outage")
+	}
+	var sim *simBreaker
+	if set["outage"] || set["breaker"] {
+		b := upstream.DefaultConfig().Breaker
+		if set["breaker"] {
+			if err := parseBreaker(breaker, &b); err != nil {
+				return usagef("--breaker: %v", err)
+			}
+		}
+		if err := (upstream.Config{Breaker: b}).Validate(); err != nil {
+			return usageError{"--breaker: " + err.Error()}
+		}
+		sim = newSimBreaker(b)
+		opt.Upstream = sim
+	}
 	if outcomes != "" {
 		var err error
 		if opt.Outcomes, err = refresh.ParseOutcomes(outcomes); err != nil {
@@ -88,9 +113,17 @@ func runPlan(ctx context.Context, e env, args []string) error {
 	loc := t0.Location()
 	switch format {
 	case "json":
-		return writeJSON(e, planJSON(plan, loc))
+		v := planJSON(plan, loc)
+		if sim != nil {
+			b := sim.u.Config.Breaker
+			v.Breaker = &b
+		}
+		if opt.Outage.Set() {
+			v.Outage = &outageView{From: opt.Outage.From.In(loc).Format(time.RFC3339), To: opt.Outage.To.In(loc).Format(time.RFC3339)}
+		}
+		return writeJSON(e, v)
 	case "mermaid":
-		writeMermaid(e, plan, loc)
+		writeMermaid(e, plan, loc, opt.Outage)
 		return nil
 	}
 	clock := func(t time.Time) string {
@@ -100,12 +133,30 @@ func runPlan(ctx context.Context, e env, args []string) error {
 		return t.In(loc).Format("2006-01-02 15:04:05")
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "#\tSTART\tDEADLINE\tOUTCOME\tAT\tREFRESH_AT\tWHY")
+	if sim == nil {
+		fmt.Fprintln(tw, "#\tSTART\tDEADLINE\tOUTCOME\tAT\tREFRESH_AT\tWHY")
+	} else {
+		fmt.Fprintln(tw, "#\tSTART\tDEADLINE\tOUTCOME\tAT\tREFRESH_AT\tBREAKER\tWHY")
+	}
+	attempts, parked := 0, 0
 	for _, a := range plan.Attempts {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", a.No, clock(a.Start), clock(a.Deadline), outcomeText(a), clock(a.End), clock(a.RefreshAt), a.Why)
+		if a.Parked {
+			parked++
+		} else {
+			attempts++
+		}
+		if sim == nil {
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", a.No, clock(a.Start), clock(a.Deadline), outcomeText(a), clock(a.End), clock(a.RefreshAt), a.Why)
+			continue
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.No, clock(a.Start), clock(a.Deadline), outcomeText(a), clock(a.End), clock(a.RefreshAt), a.Breaker, planWhy(a))
 	}
 	tw.Flush()
-	fmt.Fprintf(e.stdout, "\n%d attempt(s); final state: %s\n", len(plan.Attempts), finalState(plan.Final, loc))
+	fmt.Fprintf(e.stdout, "\n%d attempt(s)", attempts)
+	if sim != nil {
+		fmt.Fprintf(e.stdout, ", parked %d time(s)", parked)
+	}
+	fmt.Fprintf(e.stdout, "; final state: %s\n", finalState(plan.Final, loc))
 	fmt.Fprintf(e.stdout, "stopped: %s\n", plan.Stopped)
 	return nil
 }
@@ -113,6 +164,9 @@ func runPlan(ctx context.Context, e env, args []string) error {
 // outcomeText is an attempt's outcome as --outcomes writes it, with the
 // failure's kind and retry_after: failure:rate_limited:30s.
 func outcomeText(a refresh.PlannedAttempt) string {
+	if a.Parked {
+		return "PARKED"
+	}
 	o := refresh.SimOutcome{Kind: a.Outcome, FailureKind: a.FailureKind}
 	if a.RetryAfter != nil {
 		o.RetryAfter, o.HasRetryAfter = *a.RetryAfter, true
@@ -130,11 +184,34 @@ func finalState(s refresh.State, loc *time.Location) string {
 	return fmt.Sprintf("%s, refresh_at %s, attempt_no %d", s.Phase(), s.RefreshAt.In(loc).Format(time.RFC3339), s.AttemptNo)
 }
 
+// planWhy is a plan row's WHY with the upstream's part: a probe, the
+// breaker's transitions.
+func planWhy(a refresh.PlannedAttempt) string {
+	why := a.Why
+	if a.Probe {
+		why = "probe: " + why
+	}
+	if a.InOutage {
+		why = "outage: " + why
+	}
+	return joinTexts([]string{why, a.BreakerWhy})
+}
+
 // planView is plan --format json.
 type planView struct {
 	Attempts []plannedAttempt `json:"attempts"`
 	Final    finalView        `json:"final"`
 	Stopped  string           `json:"stopped"`
+	// Outage and Breaker are the simulated upstream's (--outage,
+	// --breaker), absent without them.
+	Outage  *outageView       `json:"outage,omitempty"`
+	Breaker *upstream.Breaker `json:"breaker,omitempty"`
+}
+
+// outageView is plan --outage in JSON.
+type outageView struct {
+	From string `json:"from"`
+	To   string `json:"to"`
 }
 
 // plannedAttempt is one attempt of a plan; times are RFC 3339 in the
@@ -157,6 +234,17 @@ type plannedAttempt struct {
 	Decision  string `json:"decision,omitempty"`
 	Delay     string `json:"delay,omitempty"`
 	DelayFrom string `json:"delay_from,omitempty"`
+	// Parked: the record fell due while its upstream's breaker was open
+	// (outcome "parked"): no attempt started, attempt_no and refresh_at
+	// kept; end is when it was released. Probe: the attempt was a
+	// half-open breaker's probe. InOutage: it started in --outage.
+	// Breaker is the breaker's state after the row, BreakerWhy its
+	// transitions. All absent without --outage or --breaker.
+	Parked     bool   `json:"parked,omitempty"`
+	Probe      bool   `json:"probe,omitempty"`
+	InOutage   bool   `json:"in_outage,omitempty"`
+	Breaker    string `json:"breaker,omitempty"`
+	BreakerWhy string `json:"breaker_why,omitempty"`
 }
 
 // finalView is the record's state after the last attempt of a plan.
@@ -181,7 +269,8 @@ func planJSON(p refresh.Plan, loc *time.Location) planView {
 		Disabled: p.Final.Disabled, DisabledReason: jsonText(p.Final.DisabledReason, p.Final.Disabled)}}
 	for _, a := range p.Attempts {
 		pa := plannedAttempt{AttemptNo: a.No, Start: at(a.Start), Deadline: at(a.Deadline), Outcome: a.Outcome,
-			End: at(a.End), RefreshAt: at(a.RefreshAt), Why: a.Why, Disabled: a.Disabled}
+			End: at(a.End), RefreshAt: at(a.RefreshAt), Why: a.Why, Disabled: a.Disabled,
+			Parked: a.Parked, Probe: a.Probe, InOutage: a.InOutage, Breaker: a.Breaker, BreakerWhy: a.BreakerWhy}
 		pa.Kind = a.FailureKind
 		if a.RetryAfter != nil {
 			ra := refresh.FormatDuration(*a.RetryAfter)
@@ -204,18 +293,43 @@ func planJSON(p refresh.Plan, loc *time.Location) planView {
 }
 
 // writeMermaid prints the plan as a Mermaid Gantt chart: a milestone at each
-// start and end, a bar per attempt.
-func writeMermaid(e env, p refresh.Plan, loc *time.Location) {
+// start and end, a bar per attempt, a bar per parking and one for the
+// outage, and a milestone at each transition of the breaker.
+func writeMermaid(e env, p refresh.Plan, loc *time.Location, outage refresh.SimOutage) {
 	w := e.stdout
 	ts := func(t time.Time) string { return t.In(loc).Format("2006-01-02T15:04:05") }
 	fmt.Fprintln(w, "gantt")
-	fmt.Fprintf(w, "    title %d attempt(s): %s\n", len(p.Attempts), strings.ReplaceAll(p.Stopped, ":", " -"))
+	n := 0
+	for _, a := range p.Attempts {
+		if !a.Parked {
+			n++
+		}
+	}
+	fmt.Fprintf(w, "    title %d attempt(s): %s\n", n, strings.ReplaceAll(p.Stopped, ":", " -"))
 	fmt.Fprintln(w, "    dateFormat YYYY-MM-DDTHH:mm:ss")
 	fmt.Fprintln(w, "    axisFormat %H:%M")
-	for i, a := range p.Attempts {
+	if outage.Set() {
+		fmt.Fprintf(w, "    🔥 Upstream outage : crit, %s, %ds\n", ts(outage.From), int(outage.To.Sub(outage.From).Seconds()))
+	}
+	breaker := func(a refresh.PlannedAttempt, i int, at time.Time) {
+		if a.BreakerWhy != "" {
+			fmt.Fprintf(w, "    ⚡ Breaker %s %d : milestone, %s, 0s\n", a.Breaker, i+1, ts(at))
+		}
+	}
+	i := -1 // the attempt's index: parkings are not attempts
+	for _, a := range p.Attempts {
+		if a.Parked {
+			fmt.Fprintf(w, "    ⏸️ Parked (attempt_no %d kept) : done, %s, %ds\n", a.No, ts(a.Start), max(int(a.End.Sub(a.Start).Seconds()), 1))
+			breaker(a, i, a.Start)
+			continue
+		}
+		i++
 		name := "Refresh"
 		if a.No > 1 {
 			name = fmt.Sprintf("Retry %d", a.No-1)
+		}
+		if a.Probe {
+			name = "Probe, " + name
 		}
 		fmt.Fprintf(w, "    🚀 Start %d : milestone, %s, 0s\n", i+1, ts(a.Start))
 		fmt.Fprintf(w, "    ⚙️ %s (attempt %d) : %s, %ds\n", name, a.No, ts(a.Start), max(int(a.End.Sub(a.Start).Seconds()), 1))
@@ -227,6 +341,7 @@ func writeMermaid(e env, p refresh.Plan, loc *time.Location) {
 			mark = "💥 Final failure"
 		}
 		fmt.Fprintf(w, "    %s %d : milestone, %s, 0s\n", mark, i+1, ts(a.End))
+		breaker(a, i, a.End)
 	}
 }
 
@@ -272,6 +387,11 @@ func runExplain(ctx context.Context, e env, args []string) error {
 	for _, line := range refresh.Explain(rule, pol) {
 		text := strings.TrimLeft(line, " ")
 		fmt.Fprintln(e.stdout, line[:len(line)-len(text)]+"- "+text)
+	}
+	if len(pos) == 1 && pol.Spread > 0 {
+		// The record's own share of the spread (docs/design.md, U12).
+		off := refresh.SpreadOffset(pos[0], time.Duration(pol.Spread))
+		fmt.Fprintf(e.stdout, "# spread offset of %s: %s (added to each planned refresh)\n", pos[0], refresh.FormatDuration(off))
 	}
 	if set["policy"] || len(pos) == 1 {
 		b, _ := json.Marshal(json.RawMessage(pol.JSON()))

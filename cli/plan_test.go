@@ -2,8 +2,13 @@ package cli
 
 import (
 	"encoding/json"
+	"fmt"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/bigtables/bigtables/refresh"
 )
 
 func plan(t *testing.T, args ...string) string {
@@ -150,5 +155,203 @@ func TestExplainCommand(t *testing.T) {
 	_, stderr, code = r.run("explain", "--expr", "Refresh the model every 2 hours\nDo the hokey cokey")
 	if code != 2 || !strings.Contains(stderr, `"Do the hokey cokey": not understood`) {
 		t.Errorf("bad expr: %d %s", code, stderr)
+	}
+}
+
+// breakerRows returns plan's table rows with a BREAKER column as
+// "# start outcome at refresh_at breaker | why", times without their date.
+func breakerRows(t *testing.T, out string) []string {
+	t.Helper()
+	lines := strings.Split(out, "\n")
+	if !strings.Contains(lines[0], "BREAKER") {
+		t.Fatalf("no BREAKER column:\n%s", out)
+	}
+	var got []string
+	for _, line := range lines[1:] {
+		if line == "" {
+			break
+		}
+		f := regexp.MustCompile(`\s{2,}`).Split(line, -1)
+		if len(f) != 8 {
+			t.Fatalf("row %q: %d columns", line, len(f))
+		}
+		for i := range f {
+			f[i] = strings.TrimPrefix(f[i], "2024-03-04 ")
+		}
+		got = append(got, strings.Join([]string{f[0], f[1], f[3], f[4], f[5], f[6]}, " ")+" | "+f[7])
+	}
+	return got
+}
+
+// plan --outage and --breaker: the record's timeline with the real breaker
+// (upstream.Upstream) on the simulated clock (docs/design.md, U3-U9).
+// Hourly, timeout 10m, retries 0,1m,5m, attempts of 1 minute.
+func TestPlanBreakerOutage(t *testing.T) {
+	hourly := []string{"--schedule", "DTSTART:20240304T000000Z\nRRULE:FREQ=HOURLY", "--start", "2024-03-04T00:00:00Z", "--timeout", "10m", "--retries", "0,1m,5m"}
+	const brk = "consecutive=2 cool-down=10m max-cool-down=1h"
+	tests := []struct {
+		name string
+		args []string
+		want []string
+		end  string
+	}{
+		{"a 30m outage: opens after 2 failures, a failing probe reopens it for 20m, the next probe closes it, the schedule resumes",
+			[]string{"--outage", "2024-03-04T00:00:00Z/30m", "--breaker", brk},
+			[]string{
+				"1 00:00:00 failure 00:01:00 00:01:00 closed | outage: retry after 0s",
+				"2 00:01:00 failure 00:02:00 00:03:00 open | outage: retry after 1m; breaker open: 2 failures in a row, cool-down 10m",
+				"2 00:03:00 PARKED 00:12:00 00:03:00 open | breaker open: parked until its cool-down ends; no attempt burned",
+				"3 00:12:00 failure 00:13:00 00:18:00 open | outage: probe: retry after 5m; breaker half_open: cool-down over: probing; breaker open: a probe failed, cool-down 20m",
+				"3 00:18:00 PARKED 00:33:00 00:18:00 open | breaker open: parked until its cool-down ends; no attempt burned",
+				"4 00:33:00 success 00:34:00 01:00:00 closed | probe: success: next planned refresh; breaker half_open: cool-down over: probing; breaker closed: a probe succeeded",
+				"1 01:00:00 success 01:01:00 02:00:00 closed | success: next planned refresh",
+			},
+			"5 attempt(s), parked 2 time(s); final state: waiting, refresh_at 2024-03-04T02:00:00Z, attempt_no 0\nstopped: the record is back on its schedule after the outage"},
+		{"give_up_after 15m counts the record's failing time, not its time parked (refresh.Unpark)",
+			[]string{"--retries", "0,1m,5m,10m,10m", "--give-up-after", "15m", "--outage", "2024-03-04T00:00:00Z/1h", "--breaker", brk},
+			[]string{
+				"1 00:00:00 failure 00:01:00 00:01:00 closed | outage: retry after 0s",
+				"2 00:01:00 failure 00:02:00 00:03:00 open | outage: retry after 1m; breaker open: 2 failures in a row, cool-down 10m",
+				"2 00:03:00 PARKED 00:12:00 00:03:00 open | breaker open: parked until its cool-down ends; no attempt burned",
+				"3 00:12:00 failure 00:13:00 00:18:00 open | outage: probe: retry after 5m; breaker half_open: cool-down over: probing; breaker open: a probe failed, cool-down 20m",
+				"3 00:18:00 PARKED 00:33:00 00:18:00 open | breaker open: parked until its cool-down ends; no attempt burned",
+				"4 00:33:00 failure 00:34:00 00:44:00 open | outage: probe: retry after 10m; breaker half_open: cool-down over: probing; breaker open: a probe failed, cool-down 40m",
+				"4 00:44:00 PARKED 01:14:00 00:44:00 open | breaker open: parked until its cool-down ends; no attempt burned",
+				"5 01:14:00 success 01:15:00 02:00:00 closed | probe: success: next planned refresh; breaker half_open: cool-down over: probing; breaker closed: a probe succeeded",
+				"1 02:00:00 success 02:01:00 03:00:00 closed | success: next planned refresh",
+			},
+			"final state: waiting, refresh_at 2024-03-04T03:00:00Z, attempt_no 0"},
+		{"timeouts count against the breaker; no outage, the outcomes given",
+			[]string{"--breaker", brk, "--outcomes", "timeout,timeout,success"},
+			[]string{
+				"1 00:00:00 timeout 00:10:00 00:10:00 closed | retry after 0s",
+				"2 00:10:00 timeout 00:20:00 00:21:00 open | retry after 1m; breaker open: 2 failures in a row, cool-down 10m",
+				"2 00:21:00 PARKED 00:30:00 00:21:00 open | breaker open: parked until its cool-down ends; no attempt burned",
+				"3 00:30:00 success 00:31:00 01:00:00 closed | probe: success: next planned refresh; breaker half_open: cool-down over: probing; breaker closed: a probe succeeded",
+			},
+			"stopped: no more outcomes given"},
+		{"a not-retryable failure is the record's own: the breaker does not count it",
+			[]string{"--breaker", brk, "--outcomes", "failure,not_retryable"},
+			[]string{
+				"1 00:00:00 failure 00:01:00 00:01:00 closed | retry after 0s",
+				"2 00:01:00 not_retryable 00:02:00 - closed | not retryable: disabled",
+			},
+			"2 attempt(s), parked 0 time(s)"},
+		{"the default breaker (consecutive 5) never opens before the retries run out",
+			[]string{"--outage", "2024-03-04T00:00:00Z/30m"},
+			[]string{
+				"1 00:00:00 failure 00:01:00 00:01:00 closed | outage: retry after 0s",
+				"2 00:01:00 failure 00:02:00 00:03:00 closed | outage: retry after 1m",
+				"3 00:03:00 failure 00:04:00 00:09:00 closed | outage: retry after 5m",
+				"4 00:09:00 failure 00:10:00 - closed | outage: retries exhausted: disabled",
+			},
+			`final state: disabled ("Cannot refresh BigTable after 4 attempts")`},
+	}
+	for _, tt := range tests {
+		out := plan(t, append(append([]string{}, hourly...), tt.args...)...)
+		got := breakerRows(t, out)
+		if strings.Join(got, "\n") != strings.Join(tt.want, "\n") || !strings.Contains(out, tt.end) {
+			t.Errorf("%s:\n%s\ngot rows:\n%s\nwant rows:\n%s\nand %q", tt.name, out, strings.Join(got, "\n"), strings.Join(tt.want, "\n"), tt.end)
+		}
+	}
+}
+
+// The JSON and mermaid outputs show the parkings, the probes and the
+// breaker's transitions too; bad --outage and --breaker are usage errors.
+func TestPlanBreakerFormats(t *testing.T) {
+	args := []string{"--schedule", "DTSTART:20240304T000000Z\nRRULE:FREQ=HOURLY", "--start", "2024-03-04T00:00:00Z", "--timeout", "10m",
+		"--retries", "0,1m,5m", "--outage", "2024-03-04T00:00:00Z/2024-03-04T00:30:00Z", "--breaker", "consecutive=2,cool-down=10m,max-cool-down=1h"}
+	var p struct {
+		Attempts []struct {
+			AttemptNo  int     `json:"attempt_no"`
+			Start      string  `json:"start"`
+			Deadline   *string `json:"deadline"`
+			End        string  `json:"end"`
+			RefreshAt  string  `json:"refresh_at"`
+			Outcome    string  `json:"outcome"`
+			Parked     bool    `json:"parked"`
+			Probe      bool    `json:"probe"`
+			InOutage   bool    `json:"in_outage"`
+			Breaker    string  `json:"breaker"`
+			BreakerWhy string  `json:"breaker_why"`
+		}
+		Outage  struct{ From, To string }
+		Breaker struct {
+			Consecutive int    `json:"consecutive"`
+			CoolDown    string `json:"cool_down"`
+		}
+	}
+	out := plan(t, append(args, "--format", "json")...)
+	if err := json.Unmarshal([]byte(out), &p); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	var got []string
+	for _, a := range p.Attempts {
+		got = append(got, fmt.Sprintf("%d %s %s parked=%v probe=%v outage=%v %s %q", a.AttemptNo, a.Start[11:16], a.Outcome, a.Parked, a.Probe, a.InOutage, a.Breaker, a.BreakerWhy))
+	}
+	want := []string{
+		`1 00:00 failure parked=false probe=false outage=true closed ""`,
+		`2 00:01 failure parked=false probe=false outage=true open "breaker open: 2 failures in a row, cool-down 10m"`,
+		`2 00:03 parked parked=true probe=false outage=false open ""`,
+		`3 00:12 failure parked=false probe=true outage=true open "breaker half_open: cool-down over: probing; breaker open: a probe failed, cool-down 20m"`,
+		`3 00:18 parked parked=true probe=false outage=false open ""`,
+		`4 00:33 success parked=false probe=true outage=false closed "breaker half_open: cool-down over: probing; breaker closed: a probe succeeded"`,
+		`1 01:00 success parked=false probe=false outage=false closed ""`,
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("json rows:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if pk := p.Attempts[2]; pk.Deadline != nil || pk.End != "2024-03-04T00:12:00Z" || pk.RefreshAt != "2024-03-04T00:03:00Z" {
+		t.Errorf("parked row: deadline %v, end %s, refresh_at %s; want null, its release 00:12, its kept refresh_at 00:03", pk.Deadline, pk.End, pk.RefreshAt)
+	}
+	if p.Outage.From != "2024-03-04T00:00:00Z" || p.Outage.To != "2024-03-04T00:30:00Z" || p.Breaker.Consecutive != 2 || p.Breaker.CoolDown != "10m" {
+		t.Errorf("outage %+v, breaker %+v", p.Outage, p.Breaker)
+	}
+	m := plan(t, append(args, "--format", "mermaid")...)
+	for _, want := range []string{"title 5 attempt(s)", "🔥 Upstream outage : crit, 2024-03-04T00:00:00, 1800s",
+		"⏸️ Parked (attempt_no 2 kept) : done, 2024-03-04T00:03:00, 540s", "⏸️ Parked (attempt_no 3 kept) : done, 2024-03-04T00:18:00, 900s",
+		"⚙️ Probe, Retry 2 (attempt 3) : 2024-03-04T00:12:00, 60s", "⚡ Breaker open 2 : milestone, 2024-03-04T00:02:00, 0s",
+		"⚡ Breaker closed 4 : milestone, 2024-03-04T00:34:00, 0s"} {
+		if !strings.Contains(m, want) {
+			t.Errorf("mermaid lacks %q:\n%s", want, m)
+		}
+	}
+	r := &runner{t: t, env: map[string]string{}}
+	for _, bad := range [][]string{
+		{"plan", "--outage", "2024-03-04T00:00:00Z/30m", "--fail-all"},
+		{"plan", "--outage", "2024-03-04T00:00:00Z"},
+		{"plan", "--outage", "yesterday/30m"},
+		{"plan", "--outage", "2024-03-04T00:00:00Z/forever"},
+		{"plan", "--outage", "2024-03-04T00:00:00Z/2024-03-03T00:00:00Z"},
+		{"plan", "--outage", "2024-03-04T00:00:00Z/30m", "--breaker", "consecutive=two"},
+		{"plan", "--fail-all", "--breaker", "probes=0"},
+	} {
+		if _, stderr, code := r.run(bad...); code != 2 {
+			t.Errorf("%v: exit %d %s; want 2", bad, code, stderr)
+		}
+	}
+}
+
+// explain prints a policy's spread, and for a record its own offset
+// (docs/design.md, U12).
+func TestExplainSpread(t *testing.T) {
+	const line = "- Spread the planned refreshes over 15 minutes: each record keeps its own random offset\n"
+	r := &runner{t: t, env: map[string]string{}}
+	out, stderr, code := r.run("explain", "--schedule", "RRULE:FREQ=DAILY", "--policy", `{"spread":"15m"}`)
+	if code != 0 || !strings.Contains(out, line) {
+		t.Errorf("explain --policy spread: exit %d %s\n%s\nwant the line %q", code, stderr, out, line)
+	}
+	if out, _, _ := r.run("explain", "--schedule", "RRULE:FREQ=DAILY"); strings.Contains(out, "Spread") {
+		t.Errorf("explain without spread mentions it:\n%s", out)
+	}
+	db := newRunner(t)
+	if _, stderr, code := db.run("add", "--uid", "spread-1", "--input-url", "https://example.com/s.csv", "--schedule", "RRULE:FREQ=DAILY",
+		"--policy", `{"spread":"15m"}`); code != 0 {
+		t.Fatal(stderr)
+	}
+	out, stderr, code = db.run("explain", "spread-1")
+	off := refresh.FormatDuration(refresh.SpreadOffset("spread-1", 15*time.Minute))
+	if want := "# spread offset of spread-1: " + off + " (added to each planned refresh)\n"; code != 0 || !strings.Contains(out, line) || !strings.Contains(out, want) {
+		t.Errorf("explain spread-1: exit %d %s\n%s\nwant %q and %q", code, stderr, out, line, want)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/bigtables/bigtables/refresh"
 	"github.com/bigtables/bigtables/schedule"
 	"github.com/bigtables/bigtables/store"
+	"github.com/bigtables/bigtables/upstream"
 )
 
 func runMigrate(ctx context.Context, e env, args []string) error {
@@ -45,7 +46,7 @@ func runMigrate(ctx context.Context, e env, args []string) error {
 // defFlags are the flags that set a record's definition and policy.
 type defFlags struct {
 	inputURL, schedule, timeout, retries, onExhausted, giveUpAfter, refreshAt, policy string
-	strategy, expr                                                                    string
+	strategy, expr, upstream                                                          string
 	align, anyScheme                                                                  bool
 }
 
@@ -68,6 +69,7 @@ func (d *defFlags) registerRecord(fs *flag.FlagSet) {
 	fs.StringVar(&d.inputURL, "input-url", "", "what the worker refreshes from: an absolute `URL`")
 	fs.BoolVar(&d.anyScheme, "any-scheme", false, "accept an --input-url of any scheme (ftp://, s3://, ...): your workers handle it; the reference worker fetches only http:// and https://")
 	fs.StringVar(&d.refreshAt, "refresh-at", "now", "first refresh: an RFC 3339 time (`T`) or now")
+	fs.StringVar(&d.upstream, "upstream", "", "the upstream whose breaker and limits the record obeys (`NAME`; default: the host of --input-url; empty: back to it)")
 }
 
 // apply sets on def and pol what the flags that were given say. set names
@@ -82,6 +84,15 @@ func (d *defFlags) apply(set map[string]bool, def *store.Definition, pol *refres
 			return err
 		}
 		def.InputURL = d.inputURL
+	}
+	if set["upstream"] {
+		if err := validUpstreamName(d.upstream, true); err != nil {
+			return usagef("--upstream: %v", err)
+		}
+		def.Upstream = d.upstream
+		if def.Upstream == "" {
+			def.Upstream = upstream.Name(def.InputURL)
+		}
 	}
 	if set["schedule"] {
 		s, err := schedule.Parse(d.schedule, now)
@@ -360,7 +371,7 @@ func runList(ctx context.Context, e env, args []string) error {
 	var phase string
 	fs := flagSet(e, "list", "list [--phase P] [--failing] [--overdue] [--disabled] [--json] [--limit N] [--after UID]", &cfg)
 	fs.BoolVar(&disabled, "disabled", false, "only disabled records")
-	fs.StringVar(&phase, "phase", "", "only records in this phase: waiting, running, retrying, disabled, paused or idle")
+	fs.StringVar(&phase, "phase", "", "only records in this phase: waiting, running, retrying, disabled, paused, idle or parked")
 	fs.BoolVar(&opt.Failing, "failing", false, "only records that failed since their last success")
 	fs.BoolVar(&opt.Overdue, "overdue", false, "only records due and not started yet")
 	fs.StringVar(&opt.After, "after", "", "start after this uid (the next page: the last uid printed)")
@@ -378,7 +389,7 @@ func runList(ctx context.Context, e env, args []string) error {
 			known = known || string(p) == phase
 		}
 		if !known {
-			return usagef("--phase %q: expected waiting, running, retrying, disabled, paused or idle", phase)
+			return usagef("--phase %q: expected waiting, running, retrying, disabled, paused, idle or parked", phase)
 		}
 	}
 	opt.DisabledOnly, opt.Phase, opt.Limit = disabled, refresh.Phase(phase), limit
@@ -453,6 +464,13 @@ type recordView struct {
 	CreatedAt      *string         `json:"created_at"`
 	UpdatedAt      *string         `json:"updated_at"`
 	Paused         bool            `json:"paused"`
+	Upstream       string          `json:"upstream"`
+	// ParkedAt is when an open breaker of its upstream parked the record.
+	ParkedAt *string `json:"parked_at,omitempty"`
+	// Phase is not a column: what list and the dashboard show, read from
+	// the columns (refresh.State.Phase): waiting, running, retrying,
+	// disabled, paused, idle or parked.
+	Phase refresh.Phase `json:"phase"`
 	// History is there only when asked for (show --history), [] if empty.
 	History *[]attemptView `json:"history,omitempty"`
 }
@@ -487,6 +505,9 @@ func recordJSON(r store.Row, history []store.Attempt) recordView {
 		CreatedAt:      jsonTime(r.CreatedAt),
 		UpdatedAt:      jsonTime(r.UpdatedAt),
 		Paused:         r.Paused,
+		Upstream:       r.Upstream,
+		ParkedAt:       jsonTime(r.ParkedAt),
+		Phase:          r.Phase(),
 	}
 	if history != nil {
 		h := make([]attemptView, 0, len(history))

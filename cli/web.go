@@ -34,7 +34,7 @@ func runWeb(ctx context.Context, e env, args []string) error {
 		return err
 	}
 	return cfg.runProcess(ctx, e, log, true, func(st *store.Store, q *queue.Queue) error {
-		src := metrics.Sources{Depths: q.Depths, DueLag: st.DueLag, Logger: log,
+		src := metrics.Sources{Depths: q.Depths, DueLag: st.DueLag, Parked: st.CountParked, Upstreams: st.Upstreams, Logger: log,
 			PollersAlive: func(ctx context.Context) (int, error) { return q.PollersAlive(ctx, time.Now()) }}
 		m := metrics.New(src, metrics.NewHealth(nil))
 		ops := m.Handler([]metrics.Probe{{Name: "postgres", Check: st.Ping}, {Name: "redis", Check: q.Ping}})

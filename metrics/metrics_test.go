@@ -15,6 +15,8 @@ import (
 	"github.com/bigtables/bigtables/poller"
 	"github.com/bigtables/bigtables/queue"
 	"github.com/bigtables/bigtables/scheduler"
+	"github.com/bigtables/bigtables/store"
+	"github.com/bigtables/bigtables/upstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -87,6 +89,73 @@ func TestMetricsServedWithTheIssuesNames(t *testing.T) {
 	problems, err := testutil.GatherAndLint(m.Registry)
 	if err != nil || len(problems) > 0 {
 		t.Errorf("lint: %v %+v", err, problems)
+	}
+}
+
+// The upstreams' protections are visible: rows disabled as unreadable
+// (not "parked"), records parked, held by a limit and released by the
+// scheduler's ticks, breaker transitions from ticks and poller batches, the
+// records in phase parked, and each upstream's breaker, for the upstreams
+// of the table only, at most MaxUpstreams of them, those not closed first.
+func TestUpstreamMetrics(t *testing.T) {
+	row := func(name string, b upstream.BreakerState, configured bool) store.UpstreamRow {
+		return store.UpstreamRow{Upstream: upstream.Upstream{Name: name, State: upstream.State{Breaker: b}}, Configured: configured}
+	}
+	m := New(Sources{
+		Parked: func(context.Context) (int64, error) { return 42, nil },
+		Upstreams: func(context.Context) ([]store.UpstreamRow, error) {
+			return []store.UpstreamRow{row("a.example", "", false), row("b.example", upstream.Closed, true),
+				row("dead.example", upstream.Open, false), row("probing.example", upstream.HalfOpen, false)}, nil
+		},
+		MaxUpstreams: 3,
+	}, nil)
+	m.ObserveTick(scheduler.TickResult{Unreadable: 2, BreakerParked: 7, Waiting: 3, Released: 1,
+		BreakerTransitions: map[upstream.BreakerState]int{upstream.HalfOpen: 1, upstream.Open: 1}}, time.Millisecond, nil)
+	m.ObserveTick(scheduler.TickResult{BreakerParked: 2}, time.Millisecond, nil)
+	m.ObserveResults(poller.BatchCounts{BreakerTransitions: map[upstream.BreakerState]int{upstream.Open: 2, upstream.Closed: 1, "bogus": 1}})
+	srv := httptest.NewServer(m.Handler(nil))
+	defer srv.Close()
+	_, body := get(t, srv, "/metrics")
+	for _, want := range []string{
+		"bigtables_records_unreadable_total 2\n",
+		"bigtables_records_breaker_parked_total 9\n",
+		"bigtables_records_limit_waits_total 3\n",
+		"bigtables_records_released_total 1\n",
+		`bigtables_breaker_transitions_total{to="open"} 3` + "\n",
+		`bigtables_breaker_transitions_total{to="half_open"} 1` + "\n",
+		`bigtables_breaker_transitions_total{to="closed"} 1` + "\n",
+		"bigtables_records_parked 42\n",
+		`bigtables_upstream_breaker_state{upstream="dead.example"} 2` + "\n",
+		`bigtables_upstream_breaker_state{upstream="probing.example"} 1` + "\n",
+		`bigtables_upstream_breaker_state{upstream="b.example"} 0` + "\n", // configured: before a.example
+		`bigtables_upstreams{breaker="closed"} 2` + "\n",
+		`bigtables_upstreams{breaker="open"} 1` + "\n",
+		`bigtables_upstreams{breaker="half_open"} 1` + "\n",
+		`bigtables_scrape_error{source="postgres"} 0` + "\n",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	for _, not := range []string{`upstream="a.example"`, "bogus", "bigtables_records_parked_total"} {
+		if strings.Contains(body, not) {
+			t.Errorf("/metrics has %q", not)
+		}
+	}
+	problems, err := testutil.GatherAndLint(m.Registry)
+	if err != nil || len(problems) > 0 {
+		t.Errorf("lint: %v %+v", err, problems)
+	}
+}
+
+// A failed read of the upstreams leaves their gauges out and says so.
+func TestUpstreamsScrapeError(t *testing.T) {
+	m := New(Sources{Upstreams: func(context.Context) ([]store.UpstreamRow, error) { return nil, errors.New("pg down") }}, nil)
+	srv := httptest.NewServer(m.Handler(nil))
+	defer srv.Close()
+	_, body := get(t, srv, "/metrics")
+	if strings.Contains(body, "bigtables_upstreams{") || !strings.Contains(body, `bigtables_scrape_error{source="postgres"} 1`) {
+		t.Errorf("want no upstream gauges and a postgres scrape error:\n%s", body)
 	}
 }
 

@@ -246,10 +246,18 @@ func Body(e store.Event) []byte { return body(e, false) }
 // its customer be told of the final failure (notify_final) and e is one.
 func body(e store.Event, notifyCustomer bool) []byte {
 	p := protocol.Event{ID: strconv.FormatInt(e.ID, 10), Type: string(e.Type), BigTableUID: e.UID, At: e.At.UTC(),
-		Reason: e.Reason, Attempts: e.Attempts, Upstream: e.Upstream, Message: e.Message, NotifyCustomer: notifyCustomer}
+		Reason: e.Reason, Attempts: e.Attempts, Upstream: e.Upstream, From: e.From, To: e.To, Why: e.Why,
+		Parked: e.Parked, Message: e.Message, NotifyCustomer: notifyCustomer}
 	if !e.FailingSince.IsZero() {
 		t := e.FailingSince.UTC()
 		p.FailingSince = &t
+	}
+	if e.CoolDown > 0 {
+		p.CoolDown = refresh.FormatDuration(e.CoolDown)
+	}
+	if !e.NextProbeAt.IsZero() {
+		t := e.NextProbeAt.UTC()
+		p.NextProbeAt = &t
 	}
 	return p.Encode()
 }

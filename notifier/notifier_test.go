@@ -175,19 +175,7 @@ func TestRecordFailsToItsEndReceiverGetsOneSignedEvent(t *testing.T) {
 	failToTheEnd(t, st, q, "thumb")
 	rc := newReceiver(t)
 	list := names.Input + "-events"
-	n, err := notifier.New(st, notifier.Config{Webhooks: []string{rc.URL + "/hook"}, Secret: secret, Queue: q, EventsList: list, Logger: quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		k, err := n.Once(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if k == 0 {
-			break
-		}
-	}
+	deliverAll(t, st, q, rc.URL+"/hook", list)
 	got := rc.deliveries()
 	if len(got) != 1 {
 		t.Fatalf("receiver got %d deliveries; want 1", len(got))
@@ -420,5 +408,24 @@ func TestPrune(t *testing.T) {
 	}
 	if left, _ := st.ListEvents(ctx, store.EventFilter{}); len(left) != 1 || left[0].State != store.EventPending {
 		t.Errorf("left %+v; want the pending one", left)
+	}
+}
+
+// deliverAll runs a notifier, delivering to webhook and the Redis list
+// list, until no event is left to deliver.
+func deliverAll(t *testing.T, st *store.Store, q *queue.Queue, webhook, list string) {
+	t.Helper()
+	n, err := notifier.New(st, notifier.Config{Webhooks: []string{webhook}, Secret: secret, Queue: q, EventsList: list, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		k, err := n.Once(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k == 0 {
+			return
+		}
 	}
 }

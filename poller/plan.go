@@ -8,6 +8,7 @@ import (
 	"github.com/bigtables/bigtables/protocol"
 	"github.com/bigtables/bigtables/refresh"
 	"github.com/bigtables/bigtables/store"
+	"github.com/bigtables/bigtables/upstream"
 )
 
 // item is a decoded result and its place in the batch.
@@ -56,6 +57,12 @@ type batchPlan struct {
 	disabled int
 	// events are the transitions' events, written in the same transaction.
 	events []store.Event
+	// observed are the attempts the results ended, for their upstreams'
+	// breakers (see upstreams.go).
+	observed []observation
+	// breakerEvents are the transitions of those breakers; their events
+	// (store.BreakerEvents) join events.
+	breakerEvents []upstream.Transition
 }
 
 // merge appends a later plan's decisions (a batch applied in parts).
@@ -74,6 +81,8 @@ func (p *batchPlan) merge(q batchPlan) {
 	}
 	p.disabled += q.disabled
 	p.events = append(p.events, q.events...)
+	p.observed = append(p.observed, q.observed...)
+	p.breakerEvents = append(p.breakerEvents, q.breakerEvents...)
 }
 
 // counts is what became of the plan's results, for the Observer.
@@ -87,6 +96,12 @@ func (p *batchPlan) counts() BatchCounts {
 	}
 	for _, d := range p.dead {
 		c.Results[ResultKind{d.typ, OutcomeDead}]++
+	}
+	for _, t := range p.breakerEvents {
+		if c.BreakerTransitions == nil {
+			c.BreakerTransitions = map[upstream.BreakerState]int{}
+		}
+		c.BreakerTransitions[t.To]++
 	}
 	return c
 }
@@ -116,6 +131,7 @@ func applyBatch(rows map[string]store.Row, busy map[string]bool, items []item, n
 			continue
 		}
 		rl, err := rules.Get(row.Schedule, row.Policy)
+		rl = rl.ForRecord(r.BigTableUID)
 		if err != nil {
 			plan.dead = append(plan.dead, rejected{it.raw, fmt.Sprintf("record %q cannot apply results: %v", r.BigTableUID, err), string(r.Type)})
 			continue
@@ -162,6 +178,7 @@ func applyBatch(rows map[string]store.Row, busy map[string]bool, items []item, n
 		if outcome != "" {
 			// Applied, so r.AttemptUID is old.AttemptUID.
 			plan.finished = append(plan.finished, store.Ended(r.BigTableUID, old, now, outcome, r.Message, step.Decision))
+			plan.observed = append(plan.observed, observe(row.Upstream, r, step.Decision))
 		}
 		if i, done := changed[r.BigTableUID]; done {
 			plan.save[i] = row

@@ -27,6 +27,7 @@ import (
 	"github.com/bigtables/bigtables/queue"
 	"github.com/bigtables/bigtables/refresh"
 	"github.com/bigtables/bigtables/store"
+	"github.com/bigtables/bigtables/upstream"
 )
 
 // Config tunes a Poller. Zero values take the defaults.
@@ -107,6 +108,9 @@ type BatchCounts struct {
 	Results map[ResultKind]int
 	// Disabled counts records a final failure disabled.
 	Disabled int
+	// BreakerTransitions counts the transitions of the upstreams' breakers
+	// the batch's results made, by the state they went to.
+	BreakerTransitions map[upstream.BreakerState]int
 }
 
 // DefaultDeadCap is the default cap of the dead-letter list.
@@ -340,6 +344,12 @@ func (p *Poller) apply(ctx context.Context, items []item, rcv refresh.Received, 
 		done.merge(plan)
 		p.applied.Add(int64(plan.applied))
 		p.stale.Add(int64(len(plan.stale)))
+		for _, e := range plan.events {
+			if e.Type.Breaker() {
+				msg, args := e.BreakerLog()
+				p.log.Warn(msg, args...)
+			}
+		}
 		for _, s := range plan.stale {
 			p.log.Debug("stale result discarded", "uid", s.res.BigTableUID, "attempt_uid", s.res.AttemptUID,
 				"current_attempt_uid", s.current, "type", s.res.Type, "why", s.why)
@@ -396,6 +406,11 @@ func (p *Poller) applyTx(ctx context.Context, items []item, rcv refresh.Received
 			return err
 		}
 		if err := tx.WriteEvents(ctx, plan.events); err != nil {
+			return err
+		}
+		// Last: the upstreams' rows are shared by every batch and tick of
+		// their records, so they are held only until the commit.
+		if err := p.applyUpstreams(ctx, tx, &plan); err != nil {
 			return err
 		}
 		if p.hooks.inTx != nil {

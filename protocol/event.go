@@ -13,7 +13,7 @@ type Event struct {
 	// ID is unique per event and the same in every delivery of it.
 	ID string `json:"id"`
 	// Type is disabled, gave_up, recovered, reenabled, paused, resumed,
-	// deleted, breaker_opened or breaker_closed.
+	// deleted, breaker_opened, breaker_half_open or breaker_closed.
 	Type string `json:"type"`
 	// BigTableUID is the record; absent for an upstream's events.
 	BigTableUID string `json:"big_table_uid,omitempty"`
@@ -29,6 +29,18 @@ type Event struct {
 	FailingSince *time.Time `json:"failing_since,omitempty"`
 	// Upstream names the upstream of a breaker event.
 	Upstream string `json:"upstream,omitempty"`
+	// From and To are a breaker event's states (closed, open, half_open).
+	From string `json:"from,omitempty"`
+	To   string `json:"to,omitempty"`
+	// Why says what moved the breaker (breaker events).
+	Why string `json:"why,omitempty"`
+	// CoolDown is how long an opened breaker stays open ("30s", "1m";
+	// breaker_opened), NextProbeAt when it turns half-open.
+	CoolDown    string     `json:"cool_down,omitempty"`
+	NextProbeAt *time.Time `json:"next_probe_at,omitempty"`
+	// Parked counts the upstream's parked records at the transition
+	// (breaker events; absent when none).
+	Parked int `json:"parked,omitempty"`
 	// Message is free text for a person.
 	Message string `json:"message,omitempty"`
 	// NotifyCustomer is true on the final failure (disabled, gave_up) of a

@@ -49,6 +49,7 @@ var (
 	reKindAny    = regexp.MustCompile(`^if the worker reports a failure of kind `)
 	reRetryAfter = regexp.MustCompile(`^honou?r a worker's retry_after up to (.+)$`)
 	reSendEvents = regexp.MustCompile(`(?i)^send (?:this record's )?events to (\S+)$`)
+	reSpread     = regexp.MustCompile(`^spread (?:the )?planned refreshes over (.+?)(?:: each record keeps its own random offset)?$`)
 	reTimeSep    = regexp.MustCompile(`\s*(?:,|\band\b)\s*`)
 	reClock      = regexp.MustCompile(`^(\d{1,2})(?::(\d\d))?\s*(am|pm)?$`)
 	reNoRetry    = regexp.MustCompile(`^(?:do not|don't|never) retry$`)
@@ -258,6 +259,12 @@ func ParseReadable(text string, base *Policy) (Readable, error) {
 			if d == DefaultMaxRetryAfter {
 				out.Policy.MaxRetryAfter = 0 // one spelling for one policy
 			}
+		case m(reSpread) != nil:
+			d, err := wordsDuration(m(reSpread)[1])
+			if err != nil {
+				return out, bad("%v", err)
+			}
+			out.Policy.Spread = Duration(d)
 		case reSendEvents.MatchString(line):
 			out.Policy.Notify = reSendEvents.FindStringSubmatch(line)[1]
 		case m(reHeader) != nil:
@@ -362,6 +369,10 @@ func Explain(rule string, p Policy) []string {
 	}
 	if p.GiveUpAfter > 0 {
 		out = append(out, "Give up after "+HumanDuration(time.Duration(p.GiveUpAfter))+" of unsuccessful refresh attempts")
+	}
+	if p.Spread > 0 {
+		// docs/design.md, U12.
+		out = append(out, "Spread the planned refreshes over "+HumanDuration(time.Duration(p.Spread))+": each record keeps its own random offset")
 	}
 	for _, kind := range p.kindNames() {
 		rule := p.OnKind[kind]

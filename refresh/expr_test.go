@@ -136,6 +136,8 @@ func TestExplainRoundTrip(t *testing.T) {
 		{"", Policy{Timeout: Duration(time.Minute), Retries: mins(0, 1), Align: true, OnExhausted: Disable, FinalReason: `Say "hi"`,
 			NotifyFinal: true, Notify: "https://hooks.example.com/x", MaxRetryAfter: Duration(time.Hour), Notes: []string{"a", "b"},
 			OnKind: map[string]KindRule{"bad_input": {Final: true}, "gone": {Final: true}}}},
+		{"RRULE:FREQ=DAILY;BYHOUR=0;BYMINUTE=0;BYSECOND=0", Policy{Timeout: Duration(time.Hour), Retries: mins(0, 1), Align: true, OnExhausted: Disable,
+			Spread: Duration(15 * time.Minute)}},
 	}
 	for _, tt := range policies {
 		text := strings.Join(Explain(tt.rule, tt.p), "\n")

@@ -47,6 +47,8 @@ const (
 	MaxKinds = 50
 	// MaxNotifyURLLen bounds the notify URL.
 	MaxNotifyURLLen = 2048
+	// MaxSpread bounds spread.
+	MaxSpread = 7 * 24 * time.Hour
 )
 
 // ErrInvalidPolicy is wrapped by every error that reports a policy the
@@ -103,6 +105,14 @@ type Policy struct {
 	// bigtables keeps for people but does not act on ("Send a request to
 	// the thumbnailer service"); explain prints them.
 	Notes []string `json:"notes,omitempty"`
+	// Spread, when not zero, adds to each planned refresh an offset within
+	// [0, Spread), stable per record (see Rules.ForRecord), so records on one
+	// schedule do not all fall due in the same second. At most 1 week.
+	Spread Duration `json:"spread,omitempty"`
+
+	// offset is the record's share of Spread, set by Rules.ForRecord and
+	// added to every planned refresh; never stored.
+	offset time.Duration
 }
 
 // KindFinal is the on_kind value that makes a failure of that kind final
@@ -342,6 +352,9 @@ func (p Policy) Validate() error {
 		if err := ValidateNotifyURL(p.Notify); err != nil {
 			return bad("%v", err)
 		}
+	}
+	if p.Spread < 0 || p.Spread > Duration(MaxSpread) {
+		return bad("spread %s: expected from 0s (none) to 1 week", p.Spread)
 	}
 	return nil
 }

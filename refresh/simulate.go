@@ -103,7 +103,11 @@ func ParseOutcomes(s string) ([]SimOutcome, error) {
 	return out, nil
 }
 
-// PlannedAttempt is one attempt of a simulated run.
+// OutcomeParked is the outcome of a plan's row where the record fell due
+// while its upstream's breaker was open: no attempt started.
+const OutcomeParked = "parked"
+
+// PlannedAttempt is one attempt of a simulated run, or one parking (Parked).
 type PlannedAttempt struct {
 	No       int       `json:"attempt_no"`
 	Start    time.Time `json:"start"`
@@ -120,6 +124,20 @@ type PlannedAttempt struct {
 	Why       string    `json:"why"`
 	Disabled  bool      `json:"disabled"`
 	Reason    string    `json:"disabled_reason,omitempty"`
+	// Parked: the record fell due at Start while its upstream's breaker
+	// was open, so it was parked (docs/design.md, U5): no attempt started,
+	// No is the attempt_no kept, RefreshAt the refresh_at kept, End when
+	// the record was released, Deadline zero, Outcome OutcomeParked.
+	Parked bool `json:"parked,omitempty"`
+	// Probe: the attempt started as a half-open breaker's probe (U6).
+	Probe bool `json:"probe,omitempty"`
+	// InOutage: the attempt started during SimOptions.Outage, so it failed.
+	InOutage bool `json:"in_outage,omitempty"`
+	// Breaker is the upstream's breaker state after the row, and
+	// BreakerWhy the transitions the row caused ("" when none); both ""
+	// without SimOptions.Upstream.
+	Breaker    string `json:"breaker,omitempty"`
+	BreakerWhy string `json:"breaker_why,omitempty"`
 }
 
 // Plan is a simulated run.
@@ -128,6 +146,44 @@ type Plan struct {
 	Final    State
 	// Stopped says why the simulation ended.
 	Stopped string
+}
+
+// SimOutage is a span during which the record's upstream is down.
+type SimOutage struct {
+	From, To time.Time
+}
+
+// Set reports whether the outage spans any time.
+func (o SimOutage) Set() bool { return o.To.After(o.From) }
+
+// covers reports whether an attempt starting at t falls in the outage.
+func (o SimOutage) covers(t time.Time) bool { return o.Set() && !t.Before(o.From) && t.Before(o.To) }
+
+// SimAdmission is what a simulated upstream decided for the record due at
+// some instant.
+type SimAdmission struct {
+	// Start: the attempt starts; else the record is parked until Release.
+	Start bool
+	// Probe: it starts as a half-open breaker's probe.
+	Probe bool
+	// Release is when a parked record is released (the breaker's next
+	// probe), when Admit is asked again.
+	Release time.Time
+	// Breaker is the breaker's state after the decision; Why the
+	// transitions it made, "" when none.
+	Breaker, Why string
+}
+
+// SimUpstream stands for the record's upstream (its circuit breaker) in a
+// simulation, on the simulated clock. Only the simulated record's attempts
+// reach it: the records that share a real upstream are not simulated.
+type SimUpstream interface {
+	// Admit decides, at now, whether the due record starts or is parked.
+	Admit(now time.Time) SimAdmission
+	// Observe counts an attempt that ended at end with outcome (success,
+	// failure, timeout, not_retryable) and returns the breaker's state
+	// after it and the transition it made ("" when none).
+	Observe(outcome string, end time.Time) (breaker, why string)
 }
 
 // SimOptions tune Simulate.
@@ -143,6 +199,18 @@ type SimOptions struct {
 	Draw func() float64
 	// Limit caps the attempts, default 200.
 	Limit int
+	// Outage, when set, makes every attempt that starts in [From, To) a
+	// retryable failure after Run (the upstream refuses connections); those
+	// attempts take nothing from Outcomes. Without Outcomes (and without
+	// FailAll) the attempts outside the outage succeed and the simulation
+	// stops after the first planned refresh (not a retry, not a probe)
+	// that starts after the outage and succeeds.
+	Outage SimOutage
+	// Upstream, when set, is asked before each start and told each
+	// outcome: an open breaker parks the record (no attempt burned) until
+	// its release, when its time parked is added to failing_since
+	// (Unpark).
+	Upstream SimUpstream
 }
 
 // Simulate runs the real state machine on a simulated clock from a record
@@ -160,28 +228,55 @@ func Simulate(r Rules, start time.Time, opt SimOptions) Plan {
 	timeout := time.Duration(r.Policy.Timeout)
 	s := State{RefreshAt: start}
 	var plan Plan
-	for i := 0; ; i++ {
+	var released time.Time // a parked record's release: it starts then, not at its kept refresh_at
+	next, attempts, resumed := 0, 0, false
+	for {
+		now := s.RefreshAt
+		if released.After(now) {
+			now = released
+		}
+		outage := opt.Outage.covers(now)
 		switch {
 		case s.Disabled:
 			plan.Stopped = "disabled: " + s.DisabledReason
 		case s.RefreshAt.IsZero():
 			plan.Stopped = "nothing planned: the record waits for a manual update"
-		case !opt.FailAll && i >= len(opt.Outcomes):
+		case resumed:
+			plan.Stopped = "the record is back on its schedule after the outage"
+		case !opt.FailAll && !outage && next >= len(opt.Outcomes) && (opt.Outcomes != nil || !opt.Outage.Set()):
 			plan.Stopped = "no more outcomes given"
-		case i >= opt.Limit:
+		case attempts >= opt.Limit:
 			plan.Stopped = fmt.Sprintf("stopped after %d attempts", opt.Limit)
 		}
 		if plan.Stopped != "" {
 			plan.Final = s
 			return plan
 		}
-		o := SimOutcome{Kind: OutcomeFailure}
-		if !opt.FailAll {
-			o = opt.Outcomes[i]
+		var adm SimAdmission
+		if opt.Upstream != nil {
+			if adm = opt.Upstream.Admit(now); !adm.Start {
+				plan.Attempts = append(plan.Attempts, PlannedAttempt{No: s.AttemptNo, Start: now, End: adm.Release,
+					Outcome: OutcomeParked, RefreshAt: s.RefreshAt, Parked: true, Breaker: adm.Breaker, BreakerWhy: adm.Why,
+					Why: "breaker open: parked until its cool-down ends; no attempt burned"})
+				s = Unpark(Park(s), now, adm.Release)
+				released = adm.Release
+				continue
+			}
 		}
-		now := s.RefreshAt
-		s, _ = r.Start(s, now, fmt.Sprintf("sim-%d", i+1))
-		a := PlannedAttempt{No: s.AttemptNo, Start: now, Deadline: s.DeadlineAt, Outcome: o.Kind}
+		o := SimOutcome{Kind: OutcomeSuccess}
+		switch {
+		case outage:
+			o = SimOutcome{Kind: OutcomeFailure}
+		case opt.FailAll:
+			o = SimOutcome{Kind: OutcomeFailure}
+		case next < len(opt.Outcomes):
+			o = opt.Outcomes[next]
+			next++
+		}
+		attempts++
+		s, _ = r.Start(s, now, fmt.Sprintf("sim-%d", attempts))
+		a := PlannedAttempt{No: s.AttemptNo, Start: now, Deadline: s.DeadlineAt, Outcome: o.Kind, InOutage: outage,
+			Probe: adm.Probe, Breaker: adm.Breaker, BreakerWhy: adm.Why}
 		if o.Kind == OutcomeFailure || o.Kind == OutcomeNotRetryable {
 			a.FailureKind = o.FailureKind
 			if o.HasRetryAfter {
@@ -205,6 +300,7 @@ func Simulate(r Rules, start time.Time, opt SimOptions) Plan {
 			if s.RefreshAt.IsZero() {
 				a.Why = "success: no planned refresh"
 			}
+			resumed = opt.Outage.Set() && opt.Outcomes == nil && !opt.FailAll && !now.Before(opt.Outage.To) && a.No == 1 && !a.Probe
 		case OutcomeTimeout:
 			a.End = s.DeadlineAt
 			s, a.Step, _ = r.TimeOut(s, a.End, opt.Draw())
@@ -218,9 +314,24 @@ func Simulate(r Rules, start time.Time, opt SimOptions) Plan {
 			s, a.Step, _ = r.Fail(s, a.End, ReceivedAt(a.End), uid, f)
 			a.Why = a.Step.String()
 		}
+		if opt.Upstream != nil {
+			b, why := opt.Upstream.Observe(a.Outcome, a.End)
+			a.Breaker, a.BreakerWhy = b, joinWhy(a.BreakerWhy, why)
+		}
 		a.RefreshAt, a.Disabled, a.Reason = s.RefreshAt, s.Disabled, s.DisabledReason
 		plan.Attempts = append(plan.Attempts, a)
 	}
+}
+
+// joinWhy joins two transitions' texts, either may be "".
+func joinWhy(a, b string) string {
+	switch {
+	case a == "":
+		return b
+	case b == "":
+		return a
+	}
+	return a + "; " + b
 }
 
 // String explains the failure branch taken, for plans and logs.

@@ -45,6 +45,10 @@ type State struct {
 	// Paused is set and cleared by a person (pause, resume): a paused
 	// record is never started. Transitions leave it alone.
 	Paused bool
+	// Parked is set while the record is due but held back because its
+	// upstream's breaker is open: no attempt was burned, attempt_no and
+	// refresh_at are kept. A manual update clears it.
+	Parked bool
 }
 
 // Running reports whether an attempt is in progress.
@@ -64,6 +68,8 @@ const (
 	PhaseDisabled Phase = "disabled"
 	// PhaseRunning: an attempt is in progress.
 	PhaseRunning Phase = "running"
+	// PhaseParked: due, but held back by its upstream's open breaker.
+	PhaseParked Phase = "parked"
 	// PhaseIdle: nothing is planned (a one-off record that succeeded, or a
 	// schedule with no more occurrences).
 	PhaseIdle Phase = "idle"
@@ -85,6 +91,8 @@ func (s State) Phase() Phase {
 		return PhaseDisabled
 	case s.Running():
 		return PhaseRunning
+	case s.Parked:
+		return PhaseParked
 	case s.RefreshAt.IsZero():
 		return PhaseIdle
 	case s.AttemptNo > 0:
@@ -95,7 +103,7 @@ func (s State) Phase() Phase {
 
 // Due reports whether the scheduler should start an attempt at now.
 func (s State) Due(now time.Time) bool {
-	return !s.Disabled && !s.Paused && !s.Running() && !s.RefreshAt.IsZero() && !s.RefreshAt.After(now)
+	return !s.Disabled && !s.Paused && !s.Parked && !s.Running() && !s.RefreshAt.IsZero() && !s.RefreshAt.After(now)
 }
 
 // TimedOut reports whether the running attempt's deadline has passed at now.
@@ -147,7 +155,7 @@ func (r Rules) Start(s State, now time.Time, attemptUID string) (State, error) {
 	s.AttemptNo++
 	s.StartedAt = now
 	s.DeadlineAt = now.Add(time.Duration(r.Policy.Timeout))
-	s.RefreshAt = r.Schedule.Next(s.DeadlineAt)
+	s.RefreshAt = r.next(s.DeadlineAt)
 	return s, nil
 }
 
@@ -217,7 +225,7 @@ func (r Rules) Succeed(s State, now time.Time, rcv Received, attemptUID string) 
 	s = s.clearAttempt()
 	s.AttemptNo = 0
 	s.FailingSince, s.LastDelay = time.Time{}, 0
-	s.RefreshAt = r.Schedule.Next(now)
+	s.RefreshAt = r.next(now)
 	return s, nil
 }
 
@@ -330,7 +338,7 @@ func (r Rules) fail(s State, now time.Time, f Failure) (State, Step, error) {
 			s.FailingSince.UTC().Format(time.RFC3339), p.GiveUpAfter)
 		return p.final(s, f, why), Step{Decision: GaveUp, Kind: kind}, nil
 	}
-	planned := r.Schedule.Next(now)
+	planned := r.next(now)
 	delay, ok := strategy.Delay(Input{
 		Failure: s.AttemptNo, FailingFor: now.Sub(s.FailingSince), Previous: s.LastDelay, Draw: f.Draw,
 	})
@@ -411,6 +419,7 @@ func Update(s State, now time.Time) (State, string) {
 	s.FailingSince, s.LastDelay = time.Time{}, 0
 	s.Disabled = false
 	s.DisabledReason = ""
+	s.Parked = false
 	s.RefreshAt = now
 	return s, cancelled
 }

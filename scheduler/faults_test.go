@@ -33,10 +33,10 @@ func mustTick(t *testing.T, s *scheduler.Scheduler) scheduler.TickResult {
 	return res
 }
 
-// Rows whose stored schedule or policy no longer parses are parked in the
-// tick that claims them, so with a small batch they cannot starve the good
+// Rows whose stored schedule or policy no longer parses are disabled in
+// the tick that claims them (counted as unreadable), so with a small batch they cannot starve the good
 // rows behind them, due or expired.
-func TestUnreadableRowsAreParked(t *testing.T) {
+func TestUnreadableRowsAreDisabled(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
 	t0 := e.clk.Now()
@@ -68,12 +68,12 @@ func TestUnreadableRowsAreParked(t *testing.T) {
 	cfg := e.config()
 	cfg.Batch = 2
 	s := scheduler.New(e.st, e.q, cfg)
-	parked := 0
+	unreadable := 0
 	for range 3 {
-		parked += mustTick(t, s).Parked
+		unreadable += mustTick(t, s).Unreadable
 	}
-	if parked != 6 {
-		t.Errorf("%d rows parked; want the 6 unreadable ones", parked)
+	if unreadable != 6 {
+		t.Errorf("%d rows disabled as unreadable; want the 6 unreadable ones", unreadable)
 	}
 	if r, _ := e.st.Get(ctx, "good-due"); r.AttemptNo != 1 || !r.Running() {
 		t.Errorf("good-due %+v; want started despite the unreadable rows due before it", r.State)
@@ -93,7 +93,7 @@ func TestUnreadableRowsAreParked(t *testing.T) {
 			want = "stored schedule"
 		}
 		if !strings.Contains(r.DisabledReason, want) || r.Running() || !r.RefreshAt.IsZero() {
-			t.Errorf("%s parked as %+v; want disabled with the %s's error as the reason", r.UID, r.State, want)
+			t.Errorf("%s ended as %+v; want disabled with the %s's error as the reason", r.UID, r.State, want)
 		}
 	}
 	if want := []string{"bad-due-0", "bad-due-1", "bad-due-2", "bad-run-0", "bad-run-1", "bad-run-2"}; !slices.Equal(uids, want) {
@@ -104,11 +104,11 @@ func TestUnreadableRowsAreParked(t *testing.T) {
 		t.Errorf("bad-run-2 history %+v; want its attempt ended as cancelled, with the reason", h)
 	}
 	if n, _ := e.rdb.Exists(ctx, e.q.Names().CancelKey(h[0].AttemptUID)).Result(); n != 1 {
-		t.Error("the parked row's running attempt was not marked cancelled for its worker")
+		t.Error("the unreadable row's running attempt was not marked cancelled for its worker")
 	}
-	// Parked rows left the due set: nothing is claimed any more.
+	// Disabled rows left the due set: nothing is claimed any more.
 	if res := mustTick(t, s); res.Claimed != 0 {
-		t.Errorf("tick after parking claimed %d rows; want none", res.Claimed)
+		t.Errorf("tick after disabling claimed %d rows; want none", res.Claimed)
 	}
 }
 

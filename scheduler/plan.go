@@ -7,6 +7,7 @@ import (
 	"github.com/bigtables/bigtables/protocol"
 	"github.com/bigtables/bigtables/refresh"
 	"github.com/bigtables/bigtables/store"
+	"github.com/bigtables/bigtables/upstream"
 )
 
 // planOptions are what a tick's decisions depend on besides the rows and
@@ -31,6 +32,10 @@ type planOptions struct {
 	// unknownPushUpTo is the latest deadline timed out although whether its
 	// job was pushed is unknown (now - MaxResultWait).
 	unknownPushUpTo time.Time
+	// upstreams are the locked upstreams of the rows, by name: their
+	// breakers and limits decide the starts (see upstreams.go). A row whose
+	// upstream is absent starts unlimited.
+	upstreams map[string]*upstream.Upstream
 }
 
 // start is one attempt started by a tick: its job, and what undoing it
@@ -41,8 +46,9 @@ type start struct {
 	prevRefreshAt time.Time // refresh_at before the start, restored by an undo
 }
 
-// parked is a row the tick disabled because its stored rules cannot be read.
-type parked struct {
+// unreadable is a row the tick disabled because its stored rules cannot be
+// read (not to be confused with a row parked by its upstream's breaker).
+type unreadable struct {
 	uid    string
 	reason string
 }
@@ -50,13 +56,14 @@ type parked struct {
 // tickPlan is everything one tick decided, for the claim's transaction to
 // write and for the code after the commit to push.
 type tickPlan struct {
-	save     []store.Row          // rows whose state changed, to write in the transaction
-	ended    []store.Attempt      // attempts that ended (timed out, or ended by parking), for the history
-	starts   []start              // attempts started: their jobs go out after the commit
-	cancel   map[string]time.Time // attempts that ended, by uid, with their deadlines: tell their workers to stop
-	parked   []parked             // rows disabled because their rules cannot be read
-	redriven []redriven           // starts undone because their jobs were never pushed (started again)
-	events   []store.Event        // the transitions' events, written in the same transaction
+	save         []store.Row          // rows whose state changed, to write in the transaction
+	ended        []store.Attempt      // attempts that ended (timed out, or ended by disabling an unreadable row), for the history
+	starts       []start              // attempts started: their jobs go out after the commit
+	cancel       map[string]time.Time // attempts that ended, by uid, with their deadlines: tell their workers to stop
+	unreadable   []unreadable         // rows disabled because their rules cannot be read
+	redriven     []redriven           // starts undone because their jobs were never pushed (started again)
+	events       []store.Event        // the transitions' events, written in the same transaction
+	upstreamPlan                      // rows parked by open breakers, held by limits, breaker transitions
 	// timedOut counts attempts failed with "timeout", disabled the records
 	// such a failure disabled, held the timeouts waiting for the pollers.
 	timedOut, disabled, held int
@@ -82,11 +89,11 @@ func timeoutUpTo(now, watermark time.Time, maxResultWait time.Duration) time.Tim
 }
 
 // planTick decides one tick over the claimed rows at now: it times out the
-// expired attempts it may (holding the others), starts the due rows, and
-// parks rows whose stored schedule or policy cannot be read: they are
-// disabled with the parse error as the reason, so they leave the due set
-// instead of being claimed first at every tick. A parked row's running
-// attempt ends as "cancelled". An error means a bug: a row that was due
+// expired attempts it may (holding the others), starts the due rows (or
+// parks them when their upstream's breaker is open), and disables rows
+// whose stored schedule or policy cannot be read, with the parse error as
+// the reason, so they leave the due set instead of being claimed first at
+// every tick. An unreadable row's running attempt ends as "cancelled". An error means a bug: a row that was due
 // could not be started.
 func planTick(rows []store.Row, now time.Time, opt planOptions) (tickPlan, error) {
 	p := tickPlan{cancel: map[string]time.Time{}}
@@ -98,16 +105,17 @@ func planTick(rows []store.Row, now time.Time, opt planOptions) (tickPlan, error
 			continue
 		}
 		rules, err := opt.rules(row.Schedule, row.Policy)
+		rules = rules.ForRecord(row.UID)
 		if err != nil {
-			reason := parkReason(err)
+			reason := unreadableReason(err)
 			if st.Running() {
 				p.ended = append(p.ended, store.Ended(row.UID, st, now, store.OutcomeCancelled, reason, ""))
 				p.cancel[st.AttemptUID] = st.DeadlineAt
 			}
-			row.State = park(st, reason)
+			row.State = disableUnreadable(st, reason)
 			p.events = append(p.events, store.TransitionEvents(row.UID, st, row.State, "", now)...)
 			p.save = append(p.save, row)
-			p.parked = append(p.parked, parked{uid: row.UID, reason: reason})
+			p.unreadable = append(p.unreadable, unreadable{uid: row.UID, reason: reason})
 			continue
 		}
 		changed := false
@@ -131,9 +139,10 @@ func planTick(rows []store.Row, now time.Time, opt planOptions) (tickPlan, error
 			p.ended = append(p.ended, store.Ended(row.UID, old, now, store.OutcomeTimeout, "timeout", step.Decision))
 			p.events = append(p.events, store.TransitionEvents(row.UID, old, st, step.Decision, now)...)
 			p.cancel[old.AttemptUID] = old.DeadlineAt
+			p.observe(opt.upstreams, row.Upstream, now)
 			changed = true
 		}
-		if st.Due(now) {
+		if st.Due(now) && p.admit(opt.upstreams, row, now) {
 			prev := st.RefreshAt
 			st, err = rules.Start(st, now, opt.newUID())
 			if err != nil {
@@ -158,14 +167,16 @@ func planTick(rows []store.Row, now time.Time, opt planOptions) (tickPlan, error
 	return p, nil
 }
 
-// parkReason is the disabled reason of a row whose rules cannot be read.
-func parkReason(err error) string {
+// unreadableReason is the disabled reason of a row whose rules cannot be
+// read.
+func unreadableReason(err error) string {
 	return fmt.Sprintf("Cannot refresh BigTable: its %v (a manual update with a valid schedule and policy re-enables it)", err)
 }
 
-// park disables a record whose rules cannot be read: no attempt runs and
-// nothing is planned until a person updates it. attempt_no is kept.
-func park(s refresh.State, reason string) refresh.State {
+// disableUnreadable disables a record whose rules cannot be read: no
+// attempt runs and nothing is planned until a person updates it.
+// attempt_no is kept.
+func disableUnreadable(s refresh.State, reason string) refresh.State {
 	s.AttemptUID, s.StartedAt, s.DeadlineAt = "", time.Time{}, time.Time{}
 	s.RefreshAt = time.Time{}
 	s.Disabled, s.DisabledReason = true, reason

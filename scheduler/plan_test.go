@@ -108,7 +108,7 @@ func TestPlanTick(t *testing.T) {
 			}
 		},
 	}, {
-		name: "unreadable rows are parked, a running one's attempt ends as cancelled",
+		name: "unreadable rows are disabled, a running one's attempt ends as cancelled",
 		rows: []store.Row{
 			row("bad-due", badPolicy, refresh.State{RefreshAt: t0.Add(-time.Hour), AttemptNo: 2}),
 			func() store.Row {
@@ -120,16 +120,16 @@ func TestPlanTick(t *testing.T) {
 		},
 		upTo: t0,
 		check: func(t *testing.T, p tickPlan) {
-			if len(p.parked) != 2 || len(p.starts) != 1 || p.starts[0].job.BigTableUID != "good" || len(p.save) != 3 {
-				t.Fatalf("plan %+v; want two parked and the good row started", p)
+			if len(p.unreadable) != 2 || len(p.starts) != 1 || p.starts[0].job.BigTableUID != "good" || len(p.save) != 3 {
+				t.Fatalf("plan %+v; want two disabled as unreadable and the good row started", p)
 			}
 			for i, want := range []string{"stored policy", "stored schedule"} {
 				s := p.save[i].State
 				if !s.Disabled || !strings.Contains(s.DisabledReason, want) || s.Running() || !s.RefreshAt.IsZero() || !s.DeadlineAt.IsZero() {
-					t.Errorf("parked %s: %+v; want disabled with the %s's error, nothing running or planned", p.save[i].UID, s, want)
+					t.Errorf("unreadable %s: %+v; want disabled with the %s's error, nothing running or planned", p.save[i].UID, s, want)
 				}
-				if p.parked[i].reason != s.DisabledReason {
-					t.Errorf("parked reason %q; saved %q", p.parked[i].reason, s.DisabledReason)
+				if p.unreadable[i].reason != s.DisabledReason {
+					t.Errorf("unreadable reason %q; saved %q", p.unreadable[i].reason, s.DisabledReason)
 				}
 			}
 			if p.save[0].AttemptNo != 2 {
@@ -137,7 +137,7 @@ func TestPlanTick(t *testing.T) {
 			}
 			if len(p.events) != 2 || p.events[0].Type != store.EventDisabled || p.events[0].UID != "bad-due" ||
 				p.events[0].Reason != p.save[0].DisabledReason || p.events[1].UID != "bad-schedule" {
-				t.Errorf("events %+v; want a disabled event per parked row, with its reason", p.events)
+				t.Errorf("events %+v; want a disabled event per unreadable row, with its reason", p.events)
 			}
 			if len(p.ended) != 1 || p.ended[0].Outcome != store.OutcomeCancelled || p.ended[0].AttemptUID != "att-bad-schedule" ||
 				!strings.Contains(p.ended[0].Message, "stored schedule") {
@@ -152,8 +152,8 @@ func TestPlanTick(t *testing.T) {
 		rows: []store.Row{row("bad-wait", badPolicy, running("bad-wait", t0.Add(-2*time.Minute), t0.Add(-time.Minute)))},
 		upTo: t0.Add(-time.Hour),
 		check: func(t *testing.T, p tickPlan) {
-			if p.held != 1 || len(p.parked)+len(p.save)+len(p.ended) != 0 {
-				t.Errorf("plan %+v; want it held, not parked yet", p)
+			if p.held != 1 || len(p.unreadable)+len(p.save)+len(p.ended) != 0 {
+				t.Errorf("plan %+v; want it held, not disabled yet", p)
 			}
 		},
 	}}

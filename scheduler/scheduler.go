@@ -1,7 +1,8 @@
 // Package scheduler starts refresh attempts. Each tick claims a batch of rows
 // that are due or whose running attempt passed its deadline (FOR UPDATE SKIP
 // LOCKED, so schedulers side by side never double-start), decides what to
-// do with them in a pure plan (planTick: time out, start, park), writes the
+// do with them in a pure plan (planTick: time out, start, park behind an
+// open breaker, disable the unreadable), writes the
 // plan, commits, and only then pushes the jobs in one idempotent round trip.
 //
 // What our own faults must not cost a record:
@@ -18,8 +19,8 @@
 //     whose push never landed (a scheduler killed between its commit and
 //     its push, Redis restarted without its data) is redriven, not timed
 //     out;
-//   - a row whose stored rules cannot be read is parked (disabled with the
-//     reason), so it cannot starve the rows behind it.
+//   - a row whose stored rules cannot be read is disabled with the reason
+//     (counted as unreadable), so it cannot starve the rows behind it.
 //
 // The scheduler also prunes the attempt history by its retention, a
 // bounded step at a time.
@@ -38,6 +39,7 @@ import (
 	"github.com/bigtables/bigtables/queue"
 	"github.com/bigtables/bigtables/refresh"
 	"github.com/bigtables/bigtables/store"
+	"github.com/bigtables/bigtables/upstream"
 )
 
 // Config tunes a Scheduler. Zero values take the defaults.
@@ -192,8 +194,18 @@ type TickResult struct {
 	Undone   int // starts reverted because the push failed or landed too late
 	Redriven int // attempts past their deadline whose jobs were never pushed: undone and started again, not timed out
 	Late     int // starts whose jobs landed with less than half their timeout left (undone)
-	Parked   int // rows disabled because their stored schedule or policy cannot be read
-	Held     int // attempts past their deadline not timed out yet: their results may still be waiting
+	// Unreadable counts rows disabled because their stored schedule or
+	// policy cannot be read (not parked: that is BreakerParked).
+	Unreadable int
+	Held       int // attempts past their deadline not timed out yet: their results may still be waiting
+	// BreakerParked counts due rows parked by their upstream's open
+	// breaker, Waiting those a limit of their upstream held back, Released
+	// the parked rows released (probes, or after a close).
+	BreakerParked, Waiting, Released int
+	// BreakerTransitions counts the breakers' transitions the tick made
+	// (opened on timeouts, half-open after a cool-down), by the state they
+	// went to.
+	BreakerTransitions map[upstream.BreakerState]int
 	// HeldWhy says why timeouts are held, when Held > 0.
 	HeldWhy string
 	Claimed int // rows claimed
@@ -220,6 +232,14 @@ func (s *Scheduler) Tick(ctx context.Context) (TickResult, error) {
 		if err != nil {
 			return err
 		}
+		waking, err := tx.WakingUpstreams(ctx, s.cfg.Batch)
+		if err != nil {
+			return err
+		}
+		ups, err := lockUpstreams(ctx, tx, rows, waking)
+		if err != nil {
+			return err
+		}
 		// Which of the expired attempts' jobs were ever pushed: asked
 		// before planning, so that the plan stays pure.
 		var pushes map[string]time.Time
@@ -227,8 +247,15 @@ func (s *Scheduler) Tick(ctx context.Context) (TickResult, error) {
 		plan, err = planTick(rows, now, planOptions{
 			rules: s.rules.Get, draw: s.cfg.Draw, newUID: s.cfg.NewUID, timeoutUpTo: upTo,
 			pushToken: token, pushes: pushes, unknownPushUpTo: now.Add(-s.cfg.MaxResultWait),
+			upstreams: ups,
 		})
 		if err != nil {
+			return err
+		}
+		if err := plan.wake(ctx, tx, ups, waking, now, s.cfg.Batch); err != nil {
+			return err
+		}
+		if err := tx.SaveUpstreams(ctx, ups); err != nil {
 			return err
 		}
 		res.Claimed = len(rows)
@@ -242,6 +269,19 @@ func (s *Scheduler) Tick(ctx context.Context) (TickResult, error) {
 		if err := tx.Save(ctx, plan.save); err != nil {
 			return err
 		}
+		// Parked after the save: a row can be both (a timed-out attempt
+		// whose retry is due at once, parked by an open breaker), and Save
+		// finds rows by the ctid they were locked with, which Park changes.
+		if err := tx.Park(ctx, plan.park); err != nil {
+			return err
+		}
+		// The breakers' transitions are events of this transaction: they
+		// commit or roll back with it (README, "Events and webhooks").
+		breakers, err := tx.BreakerEvents(ctx, plan.breakerEvents)
+		if err != nil {
+			return err
+		}
+		plan.events = append(plan.events, breakers...)
 		if err := tx.WriteEvents(ctx, plan.events); err != nil {
 			return err
 		}
@@ -250,7 +290,7 @@ func (s *Scheduler) Tick(ctx context.Context) (TickResult, error) {
 	if err != nil {
 		return TickResult{}, fmt.Errorf("tick: %w", err)
 	}
-	res.TimedOut, res.Disabled, res.Parked, res.Held = plan.timedOut, plan.disabled, len(plan.parked), plan.held
+	res.TimedOut, res.Disabled, res.Unreadable, res.Held = plan.timedOut, plan.disabled, len(plan.unreadable), plan.held
 	res.Redriven = len(plan.redriven)
 	for _, r := range plan.redriven {
 		s.log.Debug("start redriven: its job was never pushed", "uid", r.uid, "attempt_uid", r.attemptUID, "attempt_no", r.attemptNo)
@@ -262,8 +302,16 @@ func (s *Scheduler) Tick(ctx context.Context) (TickResult, error) {
 		s.log.Warn("attempts whose jobs were never pushed started again instead of timing out",
 			"redriven", res.Redriven, "first_uid", plan.redriven[0].uid, "first_attempt_uid", plan.redriven[0].attemptUID)
 	}
-	for _, p := range plan.parked {
-		s.log.Error("record parked: its stored schedule or policy cannot be read", "uid", p.uid, "reason", p.reason)
+	res.BreakerParked, res.Waiting, res.Released = len(plan.park), plan.waiting, plan.released
+	s.logBreakers(plan.events)
+	for _, t := range plan.breakerEvents {
+		if res.BreakerTransitions == nil {
+			res.BreakerTransitions = map[upstream.BreakerState]int{}
+		}
+		res.BreakerTransitions[t.To]++
+	}
+	for _, p := range plan.unreadable {
+		s.log.Error("record disabled: its stored schedule or policy cannot be read", "uid", p.uid, "reason", p.reason)
 	}
 	for _, a := range plan.ended {
 		s.log.Debug("attempt ended", "uid", a.UID, "attempt_no", a.AttemptNo, "outcome", a.Outcome, "decision", a.Decision)
@@ -279,7 +327,7 @@ func (s *Scheduler) Tick(ctx context.Context) (TickResult, error) {
 
 	// Push first: nothing else may delay the jobs.
 	pushErr := s.pushStarts(ctx, token, plan.starts, &res, plan.cancel)
-	// Then tell the workers of ended attempts (timed out, parked, undone)
+	// Then tell the workers of ended attempts (timed out, unreadable, undone)
 	// to stop: best effort, their results are stale anyway.
 	if err := s.queue.Cancel(ctx, plan.cancel); err != nil {
 		s.log.Warn("could not mark ended attempts cancelled", "attempts", len(plan.cancel), "err", err)
@@ -486,7 +534,8 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			backoff = 0
 			if res.Claimed > 0 || res.Late > 0 {
 				s.log.Info("tick", "started", res.Started, "timed_out", res.TimedOut, "redriven", res.Redriven, "disabled", res.Disabled,
-					"parked", res.Parked, "late_undone", res.Late, "held", res.Held)
+					"unreadable", res.Unreadable, "late_undone", res.Late, "held", res.Held,
+					"breaker_parked", res.BreakerParked, "waiting", res.Waiting, "released", res.Released)
 			}
 			if res.Claimed >= s.cfg.Batch {
 				pause = 0 // more may be due: go on at once

@@ -150,7 +150,7 @@ func (s *Store) Page(ctx context.Context, q PageQuery) ([]PageRow, bool, error) 
 		var finished sql.NullTime
 		dest := []any{&r.UID, &r.InputURL, &r.Schedule, &r.Policy, &r.RefreshAt, &r.AttemptUID, &r.AttemptNo, &r.StartedAt,
 			&r.DeadlineAt, &r.FailingSince, &r.LastDelayMs, &r.Disabled, &r.DisabledReason, &r.StatusMessage, &r.StatusAt, &r.Paused,
-			&r.CreatedAt, &r.UpdatedAt, &outcome, &finished, &message}
+			&r.Upstream, &r.ParkedAt, &r.CreatedAt, &r.UpdatedAt, &outcome, &finished, &message}
 		if err := rows.Scan(dest...); err != nil {
 			return nil, false, fmt.Errorf("page records: %w", err)
 		}
@@ -178,7 +178,8 @@ func rowColumnsOf(alias string) string {
 	return alias + `.uid, ` + alias + `.input_url, ` + alias + `.schedule, ` + alias + `.policy, ` + alias + `.refresh_at, ` +
 		alias + `.attempt_uid, ` + alias + `.attempt_no, ` + alias + `.started_at, ` + alias + `.deadline_at, ` +
 		alias + `.failing_since, ` + alias + `.last_delay_ms, ` + alias + `.disabled_until_update, ` + alias + `.disabled_reason, ` +
-		alias + `.status_message, ` + alias + `.status_at, ` + alias + `.paused, ` + alias + `.created_at, ` + alias + `.updated_at`
+		alias + `.status_message, ` + alias + `.status_at, ` + alias + `.paused, ` + alias + `.upstream, ` + alias + `.parked_at, ` +
+		alias + `.created_at, ` + alias + `.updated_at`
 }
 
 // MinuteCounts are the attempts of one minute.

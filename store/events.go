@@ -35,18 +35,28 @@ const (
 	EventPaused  EventType = "paused"
 	EventResumed EventType = "resumed"
 	EventDeleted EventType = "deleted"
-	// EventBreakerOpened and EventBreakerClosed: an upstream's circuit
-	// breaker opened or closed (Event.Upstream names it; UID is empty).
-	EventBreakerOpened EventType = "breaker_opened"
-	EventBreakerClosed EventType = "breaker_closed"
+	// EventBreakerOpened, EventBreakerHalfOpen and EventBreakerClosed: an
+	// upstream's circuit breaker opened (from closed, or again from
+	// half-open when a probe failed), turned half-open (its cool-down is
+	// over: probes run) or closed (a probe succeeded: its parked records
+	// are released). Event.Upstream names it; UID is empty. Written in the
+	// transaction that moved the breaker (BreakerEvents).
+	EventBreakerOpened   EventType = "breaker_opened"
+	EventBreakerHalfOpen EventType = "breaker_half_open"
+	EventBreakerClosed   EventType = "breaker_closed"
 )
 
 // EventTypes lists every event type, in the order people read them.
 var EventTypes = []EventType{EventDisabled, EventGaveUp, EventRecovered, EventReenabled,
-	EventPaused, EventResumed, EventDeleted, EventBreakerOpened, EventBreakerClosed}
+	EventPaused, EventResumed, EventDeleted, EventBreakerOpened, EventBreakerHalfOpen, EventBreakerClosed}
 
 // Known reports whether t is one of EventTypes.
 func (t EventType) Known() bool { return slices.Contains(EventTypes, t) }
+
+// Breaker reports whether t is an upstream breaker's event (no record).
+func (t EventType) Breaker() bool {
+	return t == EventBreakerOpened || t == EventBreakerHalfOpen || t == EventBreakerClosed
+}
 
 // EventState is where an event's delivery stands.
 type EventState string
@@ -81,6 +91,17 @@ type Event struct {
 	FailingSince time.Time
 	// Upstream names the upstream of a breaker event.
 	Upstream string
+	// From and To are a breaker event's states (closed, open, half_open);
+	// Why says what moved the breaker ("5 failures in a row", "a probe
+	// failed", ...).
+	From, To, Why string
+	// CoolDown is how long an opened breaker stays open, and NextProbeAt
+	// when it turns half-open (breaker_opened).
+	CoolDown    time.Duration
+	NextProbeAt time.Time
+	// Parked counts the upstream's parked records when the breaker event
+	// was written (at the end of its transaction's changes).
+	Parked int
 	// Message is free text for a person (optional).
 	Message string
 
@@ -95,18 +116,33 @@ type Event struct {
 
 // eventPayload is the column payload: the optional fields of an event.
 type eventPayload struct {
-	Reason       string     `json:"reason,omitempty"`
-	Attempts     int        `json:"attempts,omitempty"`
-	FailingSince *time.Time `json:"failing_since,omitempty"`
-	Upstream     string     `json:"upstream,omitempty"`
-	Message      string     `json:"message,omitempty"`
+	Reason       string            `json:"reason,omitempty"`
+	Attempts     int               `json:"attempts,omitempty"`
+	FailingSince *time.Time        `json:"failing_since,omitempty"`
+	Upstream     string            `json:"upstream,omitempty"`
+	From         string            `json:"from,omitempty"`
+	To           string            `json:"to,omitempty"`
+	Why          string            `json:"why,omitempty"`
+	CoolDown     *refresh.Duration `json:"cool_down,omitempty"`
+	NextProbeAt  *time.Time        `json:"next_probe_at,omitempty"`
+	Parked       int               `json:"parked,omitempty"`
+	Message      string            `json:"message,omitempty"`
 }
 
 func (e Event) payload() ([]byte, error) {
-	p := eventPayload{Reason: e.Reason, Attempts: e.Attempts, Upstream: e.Upstream, Message: e.Message}
+	p := eventPayload{Reason: e.Reason, Attempts: e.Attempts, Upstream: e.Upstream,
+		From: e.From, To: e.To, Why: e.Why, Parked: e.Parked, Message: e.Message}
 	if !e.FailingSince.IsZero() {
 		t := e.FailingSince.UTC()
 		p.FailingSince = &t
+	}
+	if e.CoolDown > 0 {
+		d := refresh.Duration(e.CoolDown)
+		p.CoolDown = &d
+	}
+	if !e.NextProbeAt.IsZero() {
+		t := e.NextProbeAt.UTC()
+		p.NextProbeAt = &t
 	}
 	return json.Marshal(p)
 }
@@ -149,8 +185,7 @@ func (tx *Tx) WriteEvents(ctx context.Context, events []Event) error {
 }
 
 // WriteEvent writes one event in a transaction of its own, for a
-// transition that has no transaction of its own in PostgreSQL (an
-// upstream's breaker, kept in memory or in Redis).
+// transition that has no transaction of its own in PostgreSQL.
 func (s *Store) WriteEvent(ctx context.Context, e Event) error {
 	return s.InTx(ctx, func(tx *Tx) error { return tx.WriteEvents(ctx, []Event{e}) })
 }
@@ -182,20 +217,29 @@ func (d dbEvent) event() (Event, error) {
 	e := Event{
 		ID: d.ID, Type: EventType(d.Type), UID: d.UID, At: d.At.UTC(),
 		Reason: p.Reason, Attempts: p.Attempts, Upstream: p.Upstream, Message: p.Message,
+		From: p.From, To: p.To, Why: p.Why, Parked: p.Parked,
 		State: EventState(d.State), Tries: d.Tries, NextAt: d.NextAt.UTC(), LastError: d.LastError,
 		DoneAt: nullTime(d.DoneAt), DeliveredTo: []string(d.DeliveredTo),
 	}
 	if p.FailingSince != nil {
 		e.FailingSince = p.FailingSince.UTC()
 	}
+	if p.CoolDown != nil {
+		e.CoolDown = time.Duration(*p.CoolDown)
+	}
+	if p.NextProbeAt != nil {
+		e.NextProbeAt = p.NextProbeAt.UTC()
+	}
 	return e, nil
 }
 
 // EventFilter selects events for ListEvents; the filters given all apply.
 type EventFilter struct {
-	UID   string     // "" any record
-	Type  EventType  // "" any type
-	State EventState // "" any state
+	UID string // "" any record
+	// Upstream selects the breaker events of this upstream ("" any).
+	Upstream string
+	Type     EventType  // "" any type
+	State    EventState // "" any state
 	// After returns events whose id is greater (for following).
 	After int64
 	// Last returns the newest Limit events (still in id order) instead
@@ -215,6 +259,10 @@ func (s *Store) ListEvents(ctx context.Context, f EventFilter) ([]Event, error) 
 	if f.UID != "" {
 		args = append(args, f.UID)
 		q += fmt.Sprintf(" AND uid = $%d", len(args))
+	}
+	if f.Upstream != "" {
+		args = append(args, f.Upstream)
+		q += fmt.Sprintf(" AND payload->>'upstream' = $%d", len(args))
 	}
 	if f.Type != "" {
 		args = append(args, string(f.Type))

@@ -12,7 +12,7 @@ import (
 
 // duePredicate is the claim's condition for a row to start: the
 // predicate of the partial index bigtables_due.
-const duePredicate = "attempt_uid IS NULL AND NOT disabled_until_update AND NOT paused"
+const duePredicate = "attempt_uid IS NULL AND NOT disabled_until_update AND NOT paused AND parked_at IS NULL"
 
 // phasePredicate is refresh.State.Phase in SQL: each phase's rows, the
 // phases disjoint. Paused, disabled, running, idle and retrying rows are
@@ -23,6 +23,7 @@ var phasePredicate = map[refresh.Phase]string{
 	refresh.PhasePaused:   "paused",
 	refresh.PhaseDisabled: "disabled_until_update AND NOT paused",
 	refresh.PhaseRunning:  "attempt_uid IS NOT NULL AND NOT disabled_until_update AND NOT paused",
+	refresh.PhaseParked:   "parked_at IS NOT NULL AND attempt_uid IS NULL AND NOT disabled_until_update AND NOT paused",
 	refresh.PhaseIdle:     "refresh_at IS NULL AND " + duePredicate,
 	refresh.PhaseRetrying: "failing_since IS NOT NULL AND attempt_no > 0 AND refresh_at IS NOT NULL AND " + duePredicate,
 	refresh.PhaseWaiting:  "attempt_no = 0 AND refresh_at IS NOT NULL AND " + duePredicate,
@@ -31,7 +32,7 @@ var phasePredicate = map[refresh.Phase]string{
 // Phases are the phases List and Overview know, in the order people read
 // them.
 var Phases = []refresh.Phase{refresh.PhaseWaiting, refresh.PhaseRunning, refresh.PhaseRetrying,
-	refresh.PhaseDisabled, refresh.PhasePaused, refresh.PhaseIdle}
+	refresh.PhaseDisabled, refresh.PhasePaused, refresh.PhaseIdle, refresh.PhaseParked}
 
 // Ping checks that PostgreSQL answers.
 func (s *Store) Ping(ctx context.Context) error {
@@ -51,6 +52,17 @@ func (s *Store) DueLag(ctx context.Context) (time.Duration, error) {
 		return 0, fmt.Errorf("read due lag: %w", err)
 	}
 	return time.Duration(max(lag.Float64, 0) * float64(time.Second)), nil
+}
+
+// CountParked counts the records in phase parked (held back by their
+// upstream's open breaker), from the partial index bigtables_parked: its
+// cost is the number of parked rows.
+func (s *Store) CountParked(ctx context.Context) (int64, error) {
+	var n int64
+	if err := s.db.GetContext(ctx, &n, "SELECT count(*) FROM bigtables WHERE "+phasePredicate[refresh.PhaseParked]); err != nil {
+		return 0, fmt.Errorf("count parked records: %w", err)
+	}
+	return n, nil
 }
 
 // Overview is the state of the table for operators.
@@ -84,7 +96,7 @@ const exactBelow = 100_000
 func (s *Store) Overview(ctx context.Context) (Overview, error) {
 	o := Overview{Phases: map[refresh.Phase]int64{}}
 	var lag sql.NullFloat64
-	var paused, disabled, running, idle, retrying int64
+	var paused, disabled, running, idle, retrying, parked int64
 	err := s.db.QueryRowContext(ctx, `SELECT
 		(SELECT reltuples::bigint FROM pg_class WHERE oid = 'bigtables'::regclass),
 		(SELECT count(*) FROM bigtables WHERE `+phasePredicate[refresh.PhasePaused]+`),
@@ -92,11 +104,12 @@ func (s *Store) Overview(ctx context.Context) (Overview, error) {
 		(SELECT count(*) FROM bigtables WHERE `+phasePredicate[refresh.PhaseRunning]+`),
 		(SELECT count(*) FROM bigtables WHERE `+phasePredicate[refresh.PhaseIdle]+`),
 		(SELECT count(*) FROM bigtables WHERE `+phasePredicate[refresh.PhaseRetrying]+`),
+		(SELECT count(*) FROM bigtables WHERE `+phasePredicate[refresh.PhaseParked]+`),
 		(SELECT count(*) FROM bigtables WHERE failing_since IS NOT NULL),
 		(SELECT count(*) FROM bigtables WHERE `+duePredicate+` AND refresh_at <= COALESCE($1::timestamptz, now())),
 		(SELECT extract(epoch FROM COALESCE($1::timestamptz, now()) - min(refresh_at)) FROM bigtables
 			WHERE `+duePredicate+` AND refresh_at <= COALESCE($1::timestamptz, now()))`, s.clockParam()).
-		Scan(&o.Total, &paused, &disabled, &running, &idle, &retrying, &o.Failing, &o.Due, &lag)
+		Scan(&o.Total, &paused, &disabled, &running, &idle, &retrying, &parked, &o.Failing, &o.Due, &lag)
 	if err != nil {
 		return Overview{}, fmt.Errorf("read overview: %w", err)
 	}
@@ -108,8 +121,8 @@ func (s *Store) Overview(ctx context.Context) (Overview, error) {
 	}
 	o.DueLag = time.Duration(max(lag.Float64, 0) * float64(time.Second))
 	o.Phases[refresh.PhasePaused], o.Phases[refresh.PhaseDisabled], o.Phases[refresh.PhaseRunning] = paused, disabled, running
-	o.Phases[refresh.PhaseIdle], o.Phases[refresh.PhaseRetrying] = idle, retrying
-	o.Phases[refresh.PhaseWaiting] = max(o.Total-paused-disabled-running-idle-retrying, 0)
+	o.Phases[refresh.PhaseIdle], o.Phases[refresh.PhaseRetrying], o.Phases[refresh.PhaseParked] = idle, retrying, parked
+	o.Phases[refresh.PhaseWaiting] = max(o.Total-paused-disabled-running-idle-retrying-parked, 0)
 	return o, nil
 }
 
@@ -135,6 +148,19 @@ func (tx *Tx) setPaused(ctx context.Context, r Row, paused bool) (Row, error) {
 	}
 	r.CreatedAt, r.UpdatedAt, r.Paused = r.CreatedAt.UTC(), tx.now, paused
 	return r, nil
+}
+
+// unparkOne ends the parking of a locked row (refresh.Unpark: the time
+// parked is taken off its failing time) and returns it with its new
+// version's ctid.
+func (tx *Tx) unparkOne(ctx context.Context, r Row) (Row, error) {
+	r.State = refresh.Unpark(r.State, r.ParkedAt, tx.now)
+	const q = `UPDATE bigtables SET parked_at = NULL WHERE ctid = $1::tid AND uid = $2 RETURNING ctid::text`
+	if err := tx.tx.QueryRowContext(ctx, q, r.tid, r.UID).Scan(&r.tid); err != nil {
+		return Row{}, fmt.Errorf("end parking: %w", err)
+	}
+	r.ParkedAt = time.Time{}
+	return r, tx.Save(ctx, []Row{r})
 }
 
 // Pause holds the record (refresh.Pause): it is not started until Resume.
@@ -190,6 +216,15 @@ func (s *Store) Resume(ctx context.Context, uid string) (Row, error) {
 		}
 		if !was {
 			return nil
+		}
+		if r.Parked {
+			// A release passes over paused records (Unpark), so a
+			// resumed one leaves its parking here, like a saved one:
+			// due at its refresh_at, parked again by the next tick if
+			// its upstream's breaker is still open (docs/design.md, U9).
+			if out, err = tx.unparkOne(ctx, out); err != nil {
+				return err
+			}
 		}
 		return tx.WriteEvents(ctx, []Event{{Type: EventResumed, UID: uid}})
 	})

@@ -135,6 +135,9 @@ type Definition struct {
 	Schedule string
 	// Policy is the policy's canonical JSON.
 	Policy []byte
+	// Upstream names the upstream whose breaker and limits the record
+	// obeys; "" means the host of InputURL (upstream.Name).
+	Upstream string
 }
 
 // Row is one record: its definition, its refresh state and bookkeeping.
@@ -151,6 +154,9 @@ type Row struct {
 	// attempt runs or it was started without one. Save writes it only
 	// while an attempt runs.
 	PushToken string
+	// ParkedAt is when the record was parked by its upstream's open
+	// breaker; zero when it is not parked.
+	ParkedAt time.Time
 	// CreatedAt and UpdatedAt are zero in rows read by ClaimDue and Lock.
 	CreatedAt time.Time
 	UpdatedAt time.Time
@@ -180,6 +186,8 @@ type dbRow struct {
 	StatusAt       sql.NullTime   `db:"status_at"`
 	Paused         bool           `db:"paused"`
 	PushToken      sql.NullString `db:"push_token"`
+	Upstream       string         `db:"upstream"`
+	ParkedAt       sql.NullTime   `db:"parked_at"`
 	CreatedAt      sql.NullTime   `db:"created_at"` // not in locked reads
 	UpdatedAt      sql.NullTime   `db:"updated_at"` // not in locked reads
 	Tid            string         `db:"tid"`        // only in locked reads
@@ -187,7 +195,7 @@ type dbRow struct {
 
 // stateColumns are what a transition needs: definition and state.
 const stateColumns = `uid, input_url, schedule, policy, refresh_at, attempt_uid, attempt_no, started_at,
-	deadline_at, failing_since, last_delay_ms, disabled_until_update, disabled_reason, status_message, status_at, paused, push_token`
+	deadline_at, failing_since, last_delay_ms, disabled_until_update, disabled_reason, status_message, status_at, paused, push_token, upstream, parked_at`
 
 // rowColumns are the whole record.
 const rowColumns = stateColumns + `, created_at, updated_at`
@@ -207,7 +215,7 @@ func nullTime(t sql.NullTime) time.Time {
 func (r dbRow) row() Row {
 	return Row{
 		UID:        r.UID,
-		Definition: Definition{InputURL: r.InputURL, Schedule: r.Schedule, Policy: r.Policy},
+		Definition: Definition{InputURL: r.InputURL, Schedule: r.Schedule, Policy: r.Policy, Upstream: r.Upstream},
 		State: refresh.State{
 			RefreshAt:      nullTime(r.RefreshAt),
 			AttemptUID:     r.AttemptUID.String,
@@ -219,7 +227,9 @@ func (r dbRow) row() Row {
 			Disabled:       r.Disabled,
 			DisabledReason: r.DisabledReason.String,
 			Paused:         r.Paused,
+			Parked:         r.ParkedAt.Valid,
 		},
+		ParkedAt:      nullTime(r.ParkedAt),
 		StatusMessage: r.StatusMessage.String,
 		StatusAt:      nullTime(r.StatusAt),
 		PushToken:     r.PushToken.String,
@@ -285,8 +295,8 @@ func (s *Store) Now(ctx context.Context) (time.Time, error) {
 }
 
 const insertRecord = `
-INSERT INTO bigtables (uid, input_url, schedule, policy, refresh_at, created_at, updated_at)
-VALUES ($1, $2, $3, $4, COALESCE($5::timestamptz, $6::timestamptz, now()), COALESCE($6::timestamptz, now()), COALESCE($6::timestamptz, now()))
+INSERT INTO bigtables (uid, input_url, schedule, policy, refresh_at, created_at, updated_at, upstream)
+VALUES ($1, $2, $3, $4, COALESCE($5::timestamptz, $6::timestamptz, now()), COALESCE($6::timestamptz, now()), COALESCE($6::timestamptz, now()), $7)
 RETURNING ` + rowColumns
 
 // Add creates a record. refreshAt nil means now (the database's clock); a
@@ -300,7 +310,7 @@ func (s *Store) Add(ctx context.Context, uid string, def Definition, refreshAt *
 		at = refreshAt.UTC()
 	}
 	var r dbRow
-	err := s.db.GetContext(ctx, &r, insertRecord, uid, def.InputURL, def.Schedule, string(def.Policy), at, s.clockParam())
+	err := s.db.GetContext(ctx, &r, insertRecord, uid, def.InputURL, def.Schedule, string(def.Policy), at, s.clockParam(), upstreamOf(def))
 	if err != nil {
 		if pgCode(err) == uniqueViolation {
 			return Row{}, fmt.Errorf("add record %q: %w", uid, ErrExists)
@@ -399,9 +409,11 @@ func (s *Store) Update(ctx context.Context, uid string, edit func(*Definition) e
 		if !ok {
 			return ErrNotFound
 		}
+		before := r.Definition
 		if err := edit(&r.Definition); err != nil {
 			return err
 		}
+		r.Upstream = followUpstream(before, r.Definition)
 		old := r.State
 		var cancelled string
 		r.State, cancelled = refresh.Update(r.State, tx.Now())
@@ -417,8 +429,11 @@ func (s *Store) Update(ctx context.Context, uid string, edit func(*Definition) e
 		}
 		// The definition's write moves the row to a new version: Save
 		// finds it by the ctid returned here.
-		const q = `UPDATE bigtables SET input_url = $2, schedule = $3, policy = $4 WHERE uid = $1 RETURNING ctid::text, created_at`
-		if err := tx.tx.QueryRowContext(ctx, q, uid, r.InputURL, r.Schedule, string(r.Policy)).Scan(&r.tid, &r.CreatedAt); err != nil {
+		// It also ends a parking (refresh.Update cleared Parked).
+		const q = `UPDATE bigtables SET input_url = $2, schedule = $3, policy = $4, upstream = $5, parked_at = NULL
+			WHERE uid = $1 RETURNING ctid::text, created_at`
+		r.ParkedAt = time.Time{}
+		if err := tx.tx.QueryRowContext(ctx, q, uid, r.InputURL, r.Schedule, string(r.Policy), r.Upstream).Scan(&r.tid, &r.CreatedAt); err != nil {
 			return fmt.Errorf("write definition: %w", err)
 		}
 		r.CreatedAt = r.CreatedAt.UTC()
@@ -524,7 +539,8 @@ func (s *Store) InTxWith(ctx context.Context, opt TxOptions, fn func(*Tx) error)
 const claimDue = `
 WITH due AS (
     SELECT ` + lockedColumns + ` FROM bigtables
-    WHERE attempt_uid IS NULL AND NOT disabled_until_update AND NOT paused AND refresh_at <= $1
+    WHERE attempt_uid IS NULL AND NOT disabled_until_update AND NOT paused AND parked_at IS NULL AND refresh_at <= $1
+        AND NOT EXISTS (SELECT 1 FROM upstreams u WHERE u.name = bigtables.upstream AND u.blocked_until > $1)
     ORDER BY refresh_at
     LIMIT $2
     FOR UPDATE SKIP LOCKED
@@ -846,7 +862,7 @@ func (s *Store) Count(ctx context.Context) (Counts, error) {
 	var c Counts
 	err := s.db.QueryRowContext(ctx, `SELECT count(*),
 		count(*) FILTER (WHERE attempt_uid IS NOT NULL),
-		count(*) FILTER (WHERE attempt_uid IS NULL AND NOT disabled_until_update AND NOT paused AND refresh_at <= COALESCE($1::timestamptz, now())),
+		count(*) FILTER (WHERE attempt_uid IS NULL AND NOT disabled_until_update AND NOT paused AND parked_at IS NULL AND refresh_at <= COALESCE($1::timestamptz, now())),
 		count(*) FILTER (WHERE disabled_until_update)
 		FROM bigtables`, s.clockParam()).Scan(&c.Total, &c.Running, &c.Due, &c.Disabled)
 	if err != nil {

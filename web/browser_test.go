@@ -43,7 +43,7 @@ func screenshotDir(t *testing.T) string {
 }
 
 // TestBrowser opens every page in headless Chromium against a system with
-// records in every phase, signs in, clicks refresh now, re-enable and
+// records in every phase (one parked by its upstream's open breaker), signs in, clicks refresh now, re-enable and
 // requeue, and checks each result in PostgreSQL and Redis.
 func TestBrowser(t *testing.T) {
 	chromium := chromiumPath(t)
@@ -117,7 +117,7 @@ func TestBrowser(t *testing.T) {
 	// Records, then the retrying record's page: refresh now.
 	do("records", chromedp.Navigate(ts.URL+"/records?sort=uid"), visible("#records"))
 	list := text("#records")
-	for _, uid := range []string{"waiting", "retrying", "running", "disabled", "paused", "idle", "<b>escaped</b>"} {
+	for _, uid := range []string{"waiting", "retrying", "running", "disabled", "paused", "idle", "parked", "<b>escaped</b>"} {
 		if !strings.Contains(list, uid) {
 			t.Errorf("records lack %q", uid)
 		}
@@ -133,6 +133,14 @@ func TestBrowser(t *testing.T) {
 	if after, notice := s.get("retrying").RefreshAt, text(".notice"); !after.Before(before) || !strings.Contains(notice, "due now") {
 		t.Errorf("refresh now: refresh_at %v -> %v, notice %q", before, after, notice)
 	}
+
+	// Upstreams: the open breaker of the parked record's upstream.
+	do("upstreams", chromedp.Navigate(ts.URL+"/upstreams"), visible("#upstreams"))
+	if ups := text("#upstreams"); !strings.Contains(ups, "flaky.example") || !strings.Contains(ups, "open") ||
+		!strings.Contains(ups, "at most 5 in flight") {
+		t.Errorf("upstreams: %q", ups)
+	}
+	shot("dashboard-upstreams.png")
 
 	// Re-enable the disabled record.
 	do("re-enable", chromedp.Navigate(ts.URL+"/record?uid=disabled"), visible("#act-reenable"), click("#act-reenable"), visible(".notice"))

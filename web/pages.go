@@ -3,6 +3,7 @@ package web
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"html/template"
 	"net/http"
 	"net/url"
@@ -14,6 +15,7 @@ import (
 	"github.com/bigtables/bigtables/queue"
 	"github.com/bigtables/bigtables/refresh"
 	"github.com/bigtables/bigtables/store"
+	"github.com/bigtables/bigtables/upstream"
 )
 
 // overviewData is the part of the overview read from PostgreSQL: cached
@@ -24,6 +26,8 @@ type overviewData struct {
 	Overview store.Overview
 	Activity []store.MinuteCounts
 	Failures []store.FinalFailure
+	// Upstreams are the upstreams that have a row (store.Upstreams).
+	Upstreams []store.UpstreamRow
 }
 
 // overviewData returns the cached counts, or reads them again.
@@ -47,6 +51,9 @@ func (s *Server) overviewData(r *http.Request) (*overviewData, error) {
 		return nil, err
 	}
 	if d.Failures, err = s.opt.Store.FinalFailures(ctx, now.Add(-24*time.Hour), 10); err != nil {
+		return nil, err
+	}
+	if d.Upstreams, err = s.opt.Store.Upstreams(ctx); err != nil {
 		return nil, err
 	}
 	s.cached, s.cachedAt, s.cachedUntil = d, s.opt.Wall(), s.opt.Wall().Add(s.opt.CacheTTL)
@@ -100,6 +107,125 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 	s.render(w, r, http.StatusOK, "overview", "Overview", map[string]any{
 		"D": d, "Phases": phaseCounts(d.Overview), "Depths": depths, "Alive": alive, "Totals": totals,
 		"Chart": activityChart(d.Activity), "Age": s.opt.Wall().Sub(s.cachedAt).Round(time.Second),
+		"Breakers": breakerCounts(d.Upstreams), "Tripped": tripped(d.Upstreams, 10),
+	})
+}
+
+// breakerCount is how many upstreams are in one breaker state.
+type breakerCount struct {
+	State upstream.BreakerState
+	Count int
+}
+
+// breakerCounts counts the upstreams by breaker state, open first.
+func breakerCounts(list []store.UpstreamRow) []breakerCount {
+	out := []breakerCount{{State: upstream.Open}, {State: upstream.HalfOpen}, {State: upstream.Closed}}
+	for _, u := range list {
+		for i := range out {
+			if out[i].State == breakerOf(u) {
+				out[i].Count++
+			}
+		}
+	}
+	return out
+}
+
+// tripped lists up to n upstreams whose breaker is not closed.
+func tripped(list []store.UpstreamRow, n int) []upstreamView {
+	var out []upstreamView
+	for _, u := range list {
+		if breakerOf(u) != upstream.Closed && len(out) < n {
+			out = append(out, viewUpstream(u))
+		}
+	}
+	return out
+}
+
+// breakerOf is the upstream's breaker state ("" reads as closed).
+func breakerOf(u store.UpstreamRow) upstream.BreakerState {
+	if u.State.Breaker == "" {
+		return upstream.Closed
+	}
+	return u.State.Breaker
+}
+
+// upstreamView is an upstream as the pages show it.
+type upstreamView struct {
+	Name       string
+	Breaker    upstream.BreakerState
+	Configured bool
+	// FailuresInRow counts the failed attempts in a row; WindowFailures
+	// estimates those of the failure-rate window.
+	FailuresInRow, WindowFailures int
+	InFlight                      int
+	Parked                        int64
+	NextProbe, ChangedAt          time.Time
+	// Limits and Breaker policy, as sentences.
+	Limits, Policy string
+}
+
+func viewUpstream(u store.UpstreamRow) upstreamView {
+	c := u.Config
+	var limits []string
+	if c.MaxInFlight > 0 {
+		limits = append(limits, fmt.Sprintf("at most %d in flight", c.MaxInFlight))
+	}
+	if c.Rate > 0 {
+		burst := c.Burst
+		if burst <= 0 {
+			burst = max(1, c.Rate) // upstream.Config's default
+		}
+		limits = append(limits, fmt.Sprintf("%s starts/s (burst %s)", num(c.Rate), num(burst)))
+	}
+	if len(limits) == 0 {
+		limits = append(limits, "none")
+	}
+	release := c.ReleaseRate
+	switch {
+	case release > 0:
+	case c.Rate > 0:
+		release = c.Rate
+	default:
+		release = upstream.DefaultReleaseRate
+	}
+	limits = append(limits, fmt.Sprintf("parked records released at %s/s", num(release)))
+	b := c.Breaker
+	var opens []string
+	switch {
+	case b.Consecutive == 1:
+		opens = append(opens, "1 failure")
+	case b.Consecutive > 1:
+		opens = append(opens, fmt.Sprintf("%d failures in a row", b.Consecutive))
+	}
+	if b.FailureRate > 0 {
+		opens = append(opens, fmt.Sprintf("%s%% of the attempts of %s (%d at least)", num(100*b.FailureRate), b.Window, b.MinVolume))
+	}
+	policy := "never opens"
+	if len(opens) > 0 {
+		policy = fmt.Sprintf("opens after %s; cool-down %s doubling up to %s; %d probes", strings.Join(opens, " or "),
+			b.CoolDown, b.MaxCoolDown, b.Probes)
+	}
+	return upstreamView{Name: u.Name, Breaker: breakerOf(u), Configured: u.Configured, FailuresInRow: u.State.Failures,
+		WindowFailures: u.WindowFailures, InFlight: u.InFlight, Parked: u.Parked, NextProbe: u.State.NextProbe,
+		ChangedAt: u.State.ChangedAt, Limits: strings.Join(limits, ", "), Policy: policy}
+}
+
+// num prints a float without trailing zeros.
+func num(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
+
+func (s *Server) upstreams(w http.ResponseWriter, r *http.Request) {
+	d, err := s.overviewData(r)
+	if err != nil {
+		s.fail(w, r, http.StatusInternalServerError, err.Error())
+		return
+	}
+	rows := make([]upstreamView, 0, len(d.Upstreams))
+	for _, u := range d.Upstreams {
+		rows = append(rows, viewUpstream(u))
+	}
+	s.render(w, r, http.StatusOK, "upstreams", "Upstreams", map[string]any{
+		"Rows": rows, "Now": d.Now, "Breakers": breakerCounts(d.Upstreams), "Parked": d.Overview.Phases[refresh.PhaseParked],
+		"Age": s.opt.Wall().Sub(s.cachedAt).Round(time.Second),
 	})
 }
 

@@ -82,6 +82,10 @@ func whatNext(r refresh.Rules, s refresh.State, now time.Time) []string {
 		return out
 	case refresh.PhaseIdle:
 		return []string{"Nothing is planned: refresh now or re-enable starts it."}
+	case refresh.PhaseParked:
+		return []string{fmt.Sprintf("Parked: its upstream's breaker is open, so it was not started and no attempt was burned; "+
+			"it keeps its attempt count and its refresh time (%s). It starts as %s when the breaker lets it: as a probe after the cool-down, "+
+			"or when the parked records are released after the breaker closes.", clock(s.RefreshAt), of(s.AttemptNo+1))}
 	}
 	at := s.RefreshAt
 	if at.Before(now) {

@@ -21,6 +21,7 @@ import (
 	"github.com/bigtables/bigtables/schedule"
 	"github.com/bigtables/bigtables/scheduler"
 	"github.com/bigtables/bigtables/store"
+	"github.com/bigtables/bigtables/upstream"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -60,14 +61,25 @@ var policy = []byte(`{"timeout":"30m","retries":["10m","1h"]}`)
 
 func (s *system) add(uid string, sched string, at *time.Time) {
 	s.t.Helper()
+	s.addOn("", uid, sched, at)
+}
+
+// addOn adds a record of the named upstream ("": the host of its input
+// URL, example.com).
+func (s *system) addOn(up, uid string, sched string, at *time.Time) {
+	s.t.Helper()
 	p, err := refresh.ParsePolicy(policy, nil)
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	if _, err := s.st.Add(context.Background(), uid, store.Definition{InputURL: "https://example.com/" + uid, Schedule: sched, Policy: p.JSON()}, at); err != nil {
+	def := store.Definition{InputURL: "https://example.com/" + uid, Schedule: sched, Policy: p.JSON(), Upstream: up}
+	if _, err := s.st.Add(context.Background(), uid, def, at); err != nil {
 		s.t.Fatal(err)
 	}
 }
+
+// flaky is the seed's upstream whose breaker opens at its first failure.
+const flaky = "flaky.example"
 
 func (s *system) tick() {
 	s.t.Helper()
@@ -106,16 +118,27 @@ func (s *system) pollOnce() {
 
 // seed makes one record per phase (uids are the phases' names, plus
 // "waiting-2" and "<b>escaped</b>", whose name must come out escaped) and
-// two dead letters.
+// two dead letters. The retrying record's upstream, flaky, opens its
+// breaker at the first failure (with limits set, to show them): that
+// failure opens it, and the next tick parks the record "parked", due on
+// the same upstream.
 func (s *system) seed() {
 	s.t.Helper()
+	ctx := context.Background()
+	cfg := upstream.DefaultConfig()
+	cfg.MaxInFlight, cfg.Rate = 5, 2
+	cfg.Breaker.Consecutive, cfg.Breaker.FailureRate = 1, 0
+	if err := s.st.SetUpstream(ctx, flaky, cfg); err != nil {
+		s.t.Fatal(err)
+	}
 	later := time.Now().Add(10 * time.Hour)
 	s.add("waiting", hourly, &later)
 	s.add("waiting-2", hourly, &later)
 	s.add(`<b>escaped</b>`, hourly, &later)
-	for _, uid := range []string{"running", "retrying", "disabled", "paused"} {
+	for _, uid := range []string{"running", "disabled", "paused"} {
 		s.add(uid, hourly, nil)
 	}
+	s.addOn(flaky, "retrying", hourly, nil)
 	s.add("idle", "", nil)
 	s.tick()
 	no := false
@@ -134,6 +157,8 @@ func (s *system) seed() {
 	if _, _, err := s.st.Pause(context.Background(), "paused"); err != nil {
 		s.t.Fatal(err)
 	}
+	s.addOn(flaky, "parked", hourly, nil)
+	s.tick()
 	for _, p := range store.Phases {
 		if got := s.get(string(p)).Phase(); got != p {
 			s.t.Fatalf("seed: record %s is %s", p, got)

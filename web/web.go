@@ -95,7 +95,7 @@ func New(opt Options) (*Server, error) {
 	if _, err := rand.Read(s.key); err != nil {
 		return nil, fmt.Errorf("dashboard: draw session key: %w", err)
 	}
-	for _, name := range []string{"overview", "records", "record", "dead", "message", "login"} {
+	for _, name := range []string{"overview", "records", "record", "upstreams", "dead", "message", "login"} {
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("dashboard: parse template %s: %w", name, err)
@@ -113,6 +113,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /{$}", s.overview)
 	mux.HandleFunc("GET /records", s.records)
 	mux.HandleFunc("GET /record", s.record)
+	mux.HandleFunc("GET /upstreams", s.upstreams)
 	mux.HandleFunc("GET /dead", s.dead)
 	mux.HandleFunc("GET /login", s.loginPage)
 	mux.HandleFunc("POST /login", s.login)

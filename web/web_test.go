@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/bigtables/bigtables/queue"
 	"github.com/bigtables/bigtables/refresh"
 	"github.com/bigtables/bigtables/store"
+	"github.com/bigtables/bigtables/upstream"
 )
 
 func TestPages(t *testing.T) {
@@ -90,6 +92,46 @@ func TestPages(t *testing.T) {
 	}
 	_, body = c.getOK("/static/app.js")
 	contains(t, "app.js", body, "autorefresh")
+}
+
+// A record parked by its upstream's open breaker shows as parked in the
+// overview, the records filter and its page, and the upstreams page shows
+// each upstream's breaker, counts and limits, names escaped.
+func TestParkedAndUpstreams(t *testing.T) {
+	s := newSystem(t)
+	s.seed()
+	if err := s.st.SetUpstream(context.Background(), "<i>odd</i>", upstream.DefaultConfig()); err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t, s.dashboard("").URL)
+	_, body := c.getOK("/")
+	contains(t, "overview", body, `href="/records?phase=parked">parked</a></th><td>1<`, `<a href="/upstreams">Upstreams</a>`,
+		`<span class="phase b-open">open</span></th><td>1<`, "flaky.example</th><td><span class=\"phase b-open\">open</span> 1 parked, probe ")
+	_, body = c.getOK("/records?phase=parked&sort=uid")
+	contains(t, "records parked", body, `<a href="/record?uid=parked">`, "the breaker of flaky.example is open")
+	if strings.Contains(body, `uid=retrying"`) {
+		t.Error("records?phase=parked lists the retrying record")
+	}
+	_, body = c.getOK("/record?uid=parked")
+	contains(t, "record parked", body, `<span class="phase p-parked">parked</span>`, "Parked: its upstream&#39;s breaker is open",
+		"starts as attempt 1 of 3 when the breaker lets it", "<th>parked_at</th><td>20", `<a href="/upstreams">flaky.example</a>`)
+
+	_, body = c.getOK("/upstreams")
+	contains(t, "upstreams", body, `aria-current="page">Upstreams</a>`, "&lt;i&gt;odd&lt;/i&gt;",
+		"at most 5 in flight, 2 starts/s (burst 2), parked records released at 2/s",
+		"opens after 1 failure; cool-down 30s doubling up to 10m; 2 probes",
+		"opens after 5 failures in a row or 50% of the attempts of 1m (20 at least)")
+	if strings.Contains(body, "<i>odd") {
+		t.Error("upstreams: a name came out unescaped")
+	}
+	// flaky: open, one failure in the window and in a row, nothing in
+	// flight, one parked record, a next probe; example.com (a row made by
+	// the ticks): closed, with the defaults.
+	flakyRow := regexp.MustCompile(`flaky\.example</td>\s*<td><span class="phase b-open">open</span></td>\s*<td>1</td>\s*<td>1</td>\s*<td>0</td>\s*<td>1</td>\s*<td>\d{4}-\d\d-\d\d \d\d:\d\d`)
+	if !flakyRow.MatchString(body) {
+		t.Errorf("upstreams lacks flaky.example open with 1 failure, 1 parked and a next probe:\n%s", body)
+	}
+	contains(t, "upstreams", body, `example.com <span class="muted">(defaults)</span></td>`+"\n      "+`<td><span class="phase b-closed">closed</span>`)
 }
 
 func (c *client) getOK(path string) (http.Header, string) {

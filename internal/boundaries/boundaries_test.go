@@ -29,8 +29,8 @@ type rule struct {
 }
 
 var rules = []rule{
-	{"the pure core (refresh, schedule, protocol) does no I/O: no database, Redis or HTTP code",
-		[]string{"refresh", "schedule", "protocol"}, slices.Concat(database, redis, http)},
+	{"the pure core (refresh, schedule, protocol, upstream) does no I/O: no database, Redis or HTTP code",
+		[]string{"refresh", "schedule", "protocol", "upstream"}, slices.Concat(database, redis, http)},
 	{"workers never reach the database: worker does not import store",
 		[]string{"worker"}, database},
 	{"scheduler and poller are separate processes: neither imports the other",
