@@ -36,6 +36,11 @@ type UpstreamsResult struct {
 	ReleaseObservedPerSec      float64 `json:"release_observed_per_sec"`
 	DisabledOnDeadUpstream     int     `json:"disabled_on_dead_upstream"`
 	AttemptsOnDeadBeforeOpened int     `json:"attempts_on_dead_before_opened"`
+	// AttemptsOnDeadAsItOpened are the attempts started by ticks that ran
+	// while the opening was being committed: they read the breaker closed
+	// (docs/design.md, U5). AttemptsOnDeadWhileOpen counts only those
+	// started after the opening was visible, which must be probes.
+	AttemptsOnDeadAsItOpened int `json:"attempts_on_dead_as_it_opened"`
 }
 
 // Upstreams runs the upstreams scenario against local services (see
@@ -156,6 +161,22 @@ func (e *env) upstreams(ctx context.Context) (UpstreamsResult, error) {
 
 	down.Store(true)
 	deadFrom := time.Now()
+	// When the breaker's first opening became visible to a new statement:
+	// attempts started by ticks that began later saw it open.
+	var openSeen time.Time
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	var watch sync.WaitGroup
+	watch.Go(func() {
+		for watchCtx.Err() == nil {
+			var b string
+			if e.db.QueryRowContext(watchCtx, `SELECT breaker FROM upstreams WHERE name = $1`, dead).Scan(&b) == nil && b != string(upstream.Closed) {
+				openSeen = time.Now()
+				return
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	})
 	res.HealthyWhileDeadPerSec = measure("one dead")
 	time.Sleep(phase / 2)
 	var openedAt time.Time
@@ -172,6 +193,11 @@ func (e *env) upstreams(ctx context.Context) (UpstreamsResult, error) {
 	}
 	down.Store(false)
 	recovered := time.Now()
+	stopWatch()
+	watch.Wait()
+	if openSeen.IsZero() {
+		openSeen = recovered
+	}
 	res.DeadSec = recovered.Sub(deadFrom).Seconds()
 	res.ProbeRounds = max(opens-1, 0) + 1 // every reopening follows a failed round; the last round may be out
 	res.ProbesAllowed = res.ProbeRounds * c.Breaker.Probes
@@ -199,17 +225,21 @@ func (e *env) upstreams(ctx context.Context) (UpstreamsResult, error) {
 	stop()
 	wg.Wait()
 
-	// The first failure reached the database at openedAt at the latest; the
-	// breaker opened a few failures later. Attempts that started after the
-	// breaker opened and before the recovery are probes (by construction);
-	// count them from the jobs' start times.
+	// The breaker opened with the Consecutive-th failure (openAt, the
+	// start of the poller's transaction) and was visible from openSeen.
+	// Attempts started after openSeen and before the recovery must be
+	// probes; those between were started by ticks that read the breaker
+	// closed while the opening was being committed. Counted from the jobs'
+	// start times.
 	var openAt time.Time
 	e.db.QueryRowContext(ctx, `SELECT finished_at FROM bigtable_attempts WHERE uid LIKE 'u0-%' AND outcome = 'failure'
 		ORDER BY finished_at OFFSET $1 LIMIT 1`, c.Breaker.Consecutive-1).Scan(&openAt)
 	for _, t := range deadJobs {
 		switch {
-		case t.After(openAt) && t.Before(recovered):
+		case t.After(openSeen) && t.Before(recovered):
 			res.AttemptsOnDeadWhileOpen++
+		case t.After(openAt) && t.Before(recovered):
+			res.AttemptsOnDeadAsItOpened++
 		case !t.After(openAt) && t.After(deadFrom):
 			res.AttemptsOnDeadBeforeOpened++
 		}

@@ -98,6 +98,7 @@ func runBench(ctx context.Context, e env, args []string) error {
 	if u := res.Upstreams; u != nil {
 		row("upstreams: 9 healthy, refreshes/s all up / one dead", fmt.Sprintf("%.0f / %.0f", u.HealthyRefreshesPerSec, u.HealthyWhileDeadPerSec), fmt.Sprintf("ratio %.2f", u.HealthyThroughputRatio))
 		row("upstreams: attempts on the dead one while open", strconv.Itoa(u.AttemptsOnDeadWhileOpen), fmt.Sprintf("probes allowed %d (%d rounds), dead %.0fs", u.ProbesAllowed, u.ProbeRounds, u.DeadSec))
+		row("upstreams: attempts started as it opened", strconv.Itoa(u.AttemptsOnDeadAsItOpened), fmt.Sprintf("ticks that read it closed; %d before it opened", u.AttemptsOnDeadBeforeOpened))
 		row("upstreams: parked, then released and refreshed in (s)", fmt.Sprintf("%d, %.1f", u.ParkedAtRecovery, u.ReleaseSec), fmt.Sprintf("%.1f/s, release rate %.0f/s", u.ReleaseObservedPerSec, u.ReleaseRatePerSec))
 	}
 	if err := tw.Flush(); err != nil {
