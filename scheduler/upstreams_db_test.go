@@ -222,3 +222,104 @@ func TestReleaseOutlivesALockedParkedRecord(t *testing.T) {
 		t.Fatalf("the release is still on with nothing parked: %+v", st)
 	}
 }
+
+// addOn adds a record of the named upstream, due at at.
+func addOn(t *testing.T, e env, uid, name string, at time.Time) {
+	t.Helper()
+	def := store.Definition{InputURL: "http://" + name + ".example/" + uid, Policy: policy(time.Hour).JSON(), Upstream: name}
+	if _, err := e.st.Add(context.Background(), uid, def, &at); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// finishRunning ends the running attempts of the named upstream as their
+// results would: the rows are idle again and each attempt is observed by
+// the upstream (which frees its place in flight), in one transaction.
+func finishRunning(t *testing.T, e env, name string) int {
+	t.Helper()
+	ctx := context.Background()
+	var n int
+	err := e.st.InTx(ctx, func(tx *store.Tx) error {
+		ups, err := tx.LockUpstreams(ctx, []string{name})
+		if err != nil {
+			return err
+		}
+		res, err := e.db.ExecContext(ctx, `UPDATE bigtables SET attempt_uid = NULL, started_at = NULL, deadline_at = NULL,
+			push_token = NULL, refresh_at = NULL WHERE attempt_uid IS NOT NULL AND upstream = $1`, name)
+		if err != nil {
+			return err
+		}
+		got, _ := res.RowsAffected()
+		n = int(got)
+		for range n {
+			ups[name].Observe(upstream.Succeeded, e.clk.Now())
+		}
+		return tx.SaveUpstreams(ctx, ups)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// A limited upstream's backlog does not take the claim from the others:
+// with 500 due records of "slow" (max_in_flight 2, or a rate of 20/s with
+// a burst of 2) older than the 50 of "fast" (no limits), and the attempts
+// of "slow" ending between every two ticks 100 ms apart (which lets its
+// next starts through), every record of "fast" starts within the first
+// ticks, while "slow" keeps starting its own, 2 a tick, oldest first
+// (docs/design.md, U10, U11).
+func TestLimitedBacklogDoesNotStarveOtherUpstreams(t *testing.T) {
+	for name, limit := range map[string]func(*upstream.Config){
+		"max_in_flight": func(c *upstream.Config) { c.MaxInFlight = 2 },
+		"rate":          func(c *upstream.Config) { c.Rate, c.Burst = 20, 2 },
+	} {
+		t.Run(name, func(t *testing.T) { limitedBacklog(t, limit) })
+	}
+}
+
+func limitedBacklog(t *testing.T, limit func(*upstream.Config)) {
+	e := setup(t)
+	ctx := context.Background()
+	cfg := upstream.DefaultConfig()
+	limit(&cfg)
+	if err := e.st.SetUpstream(ctx, "slow", cfg); err != nil {
+		t.Fatal(err)
+	}
+	now := e.clk.Now()
+	for i := range 500 {
+		addOn(t, e, fmt.Sprintf("slow%03d", i), "slow", now.Add(-time.Hour+time.Duration(i)*time.Millisecond))
+	}
+	for i := range 50 {
+		addOn(t, e, fmt.Sprintf("fast%02d", i), "fast", now.Add(-time.Minute+time.Duration(i)*time.Millisecond))
+	}
+	c := e.config()
+	c.Batch = 100
+	s := scheduler.New(e.st, e.q, c)
+	started := func(name string) []string {
+		var uids []string
+		if err := e.db.SelectContext(ctx, &uids, `SELECT uid FROM bigtables WHERE upstream = $1 AND attempt_no > 0 ORDER BY uid`, name); err != nil {
+			t.Fatal(err)
+		}
+		return uids
+	}
+	slowStarted := 0
+	for tick := 1; tick <= 3; tick++ {
+		res := mustTick(t, s)
+		slowStarted += finishRunning(t, e, "slow")
+		e.clk.Add(100 * time.Millisecond)
+		t.Logf("tick %d: %+v", tick, res)
+	}
+	if got := len(started("fast")); got != 50 {
+		t.Fatalf("after 3 ticks, %d of fast's 50 due records started; want all: slow's backlog must not fill the claim", got)
+	}
+	slow := started("slow")
+	if len(slow) != slowStarted || slowStarted != 6 {
+		t.Fatalf("slow started %d records (%d finished) in 3 ticks; want 2 a tick", len(slow), slowStarted)
+	}
+	for i, uid := range slow {
+		if want := fmt.Sprintf("slow%03d", i); uid != want {
+			t.Fatalf("slow's starts %v; want its oldest records first", slow)
+		}
+	}
+}

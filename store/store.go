@@ -533,14 +533,53 @@ func (s *Store) InTxWith(ctx context.Context, opt TxOptions, fn func(*Tx) error)
 	return nil
 }
 
+// limitedUpstream is true for an upstream row u that has a limit
+// (max_in_flight, rate: the generated column limited) and whose breaker is
+// closed: the predicate of the partial index upstreams_limited.
+const limitedUpstream = `u.limited AND u.breaker = 'closed'`
+
+// dueRow is the predicate of the partial indexes bigtables_due and
+// bigtables_due_upstream (rows not running, disabled, paused or parked).
+const dueRow = `attempt_uid IS NULL AND NOT disabled_until_update AND NOT paused AND parked_at IS NULL`
+
 // claimDue reads the rows it locks whole, so no row is looked up twice; the
-// two sets are disjoint (attempt_uid NULL or not). $1 is now, $3 the latest
-// deadline the caller times out (at most now).
+// due and expired sets are disjoint (attempt_uid NULL or not). $1 is now,
+// $3 the latest deadline the caller times out (at most now).
+//
+// The due rows of a limited upstream (closed, with max_in_flight or a rate)
+// are claimed apart, oldest first, at most as many as could start now: its
+// free places in flight (counted on bigtables_running_upstream) and its
+// tokens (refilled to now as upstream.Admit refills them, rounded up). The
+// other due rows are claimed by refresh_at, passing over the limited and
+// the blocked upstreams. So a limited upstream's backlog cannot fill the
+// batch with rows that would only wait while the other upstreams' due rows
+// queue behind it (docs/design.md, U10, U11). The count is read without
+// the upstream's lock: it only bounds the claim; Admit decides under the
+// lock. Upstreams whose breaker is not closed are claimed with the others,
+// so their due rows are parked, not left in the due set.
 const claimDue = `
-WITH due AS (
+WITH capped AS (
+    SELECT u.name, least($2::bigint,
+        CASE WHEN l.mif > 0 THEN l.mif - (SELECT count(*) FROM bigtables r WHERE r.upstream = u.name AND r.attempt_uid IS NOT NULL) ELSE $2::bigint END,
+        CASE WHEN l.rate > 0 THEN ceil(least(l.burst, CASE WHEN u.tokens_at IS NULL THEN l.burst
+            ELSE u.tokens + greatest(extract(epoch FROM $1 - u.tokens_at), 0) * l.rate END))::bigint ELSE $2::bigint END) AS n
+    FROM upstreams u, LATERAL (SELECT COALESCE((u.config->>'max_in_flight')::int, 0) AS mif,
+        COALESCE((u.config->>'rate')::float8, 0) AS rate,
+        CASE WHEN COALESCE((u.config->>'burst')::float8, 0) > 0 THEN (u.config->>'burst')::float8
+            ELSE greatest(1, COALESCE((u.config->>'rate')::float8, 0)) END AS burst) l
+    WHERE ` + limitedUpstream + ` AND (u.blocked_until IS NULL OR u.blocked_until <= $1)
+), limited AS (
+    SELECT b.* FROM capped c CROSS JOIN LATERAL (
+        SELECT ` + lockedColumns + ` FROM bigtables
+        WHERE upstream = c.name AND ` + dueRow + ` AND refresh_at <= $1
+        ORDER BY refresh_at
+        LIMIT greatest(c.n, 0)::bigint
+        FOR UPDATE SKIP LOCKED) b
+), due AS (
     SELECT ` + lockedColumns + ` FROM bigtables
-    WHERE attempt_uid IS NULL AND NOT disabled_until_update AND NOT paused AND parked_at IS NULL AND refresh_at <= $1
-        AND NOT EXISTS (SELECT 1 FROM upstreams u WHERE u.name = bigtables.upstream AND u.blocked_until > $1)
+    WHERE ` + dueRow + ` AND refresh_at <= $1
+        AND NOT EXISTS (SELECT 1 FROM upstreams u WHERE u.name = bigtables.upstream
+            AND (u.blocked_until > $1 OR (` + limitedUpstream + `)))
     ORDER BY refresh_at
     LIMIT $2
     FOR UPDATE SKIP LOCKED
@@ -551,7 +590,8 @@ WITH due AS (
     LIMIT $2
     FOR UPDATE SKIP LOCKED
 )
-SELECT * FROM due UNION ALL SELECT * FROM expired`
+SELECT * FROM (SELECT * FROM limited UNION ALL SELECT * FROM due ORDER BY refresh_at LIMIT $2) AS d
+UNION ALL SELECT * FROM expired`
 
 // ClaimDue locks and returns up to limit rows due to start and up to limit
 // rows whose running attempt's deadline is at or before timeoutUpTo (and

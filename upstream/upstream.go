@@ -213,7 +213,8 @@ type State struct {
 	ReleasedAt time.Time
 	// BlockedUntil: no start is possible before it (no token, or the
 	// in-flight cap reached); the claim passes over the upstream's rows
-	// until then. A result clears it.
+	// until then. A result clears it, unless the rate has no token yet:
+	// then it is when the next token is due.
 	BlockedUntil time.Time
 	// ChangedAt is when the breaker last changed state.
 	ChangedAt time.Time
@@ -353,6 +354,23 @@ func (u *Upstream) Admit(now time.Time) (Verdict, *Transition) {
 	return Start, tr
 }
 
+// nextToken is when the rate lets the next start through, if that is after
+// now; zero without a rate or with a token at now. It changes nothing.
+func (u *Upstream) nextToken(now time.Time) time.Time {
+	c := u.Config
+	if c.Rate <= 0 || u.State.TokensAt.IsZero() {
+		return time.Time{}
+	}
+	tokens := u.State.Tokens
+	if el := now.Sub(u.State.TokensAt); el > 0 {
+		tokens = min(c.burst(), tokens+el.Seconds()*c.Rate)
+	}
+	if tokens >= 1 {
+		return time.Time{}
+	}
+	return now.Add(max(time.Duration((1-tokens)/c.Rate*float64(time.Second)), time.Microsecond))
+}
+
 // refill adds the tokens earned since TokensAt (a fresh bucket is full).
 func (u *Upstream) refill(now time.Time) {
 	b := u.Config.burst()
@@ -389,7 +407,9 @@ const (
 // What counts is docs/design.md, U3; the transitions U4 and U7.
 func (u *Upstream) Observe(o Outcome, now time.Time) *Transition {
 	u.InFlight = max(0, u.InFlight-1)
-	u.State.BlockedUntil = time.Time{}
+	// The end frees a place in flight, not a token: a block by the rate
+	// stays until the next token (docs/design.md, U10, U11).
+	u.State.BlockedUntil = u.nextToken(now)
 	if o == Uncounted {
 		return nil
 	}

@@ -258,6 +258,30 @@ func TestRateIsATokenBucket(t *testing.T) {
 	}
 }
 
+// A result frees a place in flight but earns no token: an upstream blocked
+// by its rate stays blocked until its next token, so the claim keeps
+// passing over its rows; one blocked by its in-flight cap is cleared.
+func TestResultKeepsARateBlock(t *testing.T) {
+	u := newUp(func(c *Config) { c.Rate = 2; c.MaxInFlight = 5 })
+	u.InFlight = 3
+	for range 2 {
+		if v, _ := u.Admit(t0); v != Start {
+			t.Fatalf("verdict %v, want start", v)
+		}
+	}
+	if v, _ := u.Admit(t0); v != Wait {
+		t.Fatalf("verdict %v with no token, want wait", v)
+	}
+	u.Observe(Succeeded, at(100*time.Millisecond))
+	if got, want := u.State.BlockedUntil, at(500*time.Millisecond); !got.Equal(want) {
+		t.Fatalf("blocked until %v after a result, want %v (the next token at 2/s)", got, want)
+	}
+	u.Observe(Succeeded, at(600*time.Millisecond))
+	if !u.State.BlockedUntil.IsZero() {
+		t.Fatalf("blocked until %v with a token earned, want unblocked", u.State.BlockedUntil)
+	}
+}
+
 func TestParseConfig(t *testing.T) {
 	c, err := ParseConfig([]byte(`{"max_in_flight": 4, "rate": 2.5, "breaker": {"consecutive": 3, "cool_down": "1m", "max_cool_down": "1h"}}`))
 	if err != nil {
