@@ -84,3 +84,23 @@ func TestInTxWithBoundsLockWaits(t *testing.T) {
 		t.Error("Refused classifies SQLSTATE classes wrongly")
 	}
 }
+
+// Every transaction runs without JIT compilation, whatever the server's
+// setting: a planner estimate over jit_above_cost would compile the claim
+// for longer than it runs.
+func TestTransactionsRunWithoutJIT(t *testing.T) {
+	ctx := context.Background()
+	s := open(t)
+	for _, opt := range []store.TxOptions{{}, {LockTimeout: time.Second, StatementTimeout: time.Second}} {
+		err := s.InTxWith(ctx, opt, func(tx *store.Tx) error {
+			v, err := tx.Setting(ctx, "jit")
+			if err == nil && v != "off" {
+				t.Errorf("jit = %q in a transaction with %+v; want off", v, opt)
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}

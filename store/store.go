@@ -500,8 +500,10 @@ func (s *Store) InTxWith(ctx context.Context, opt TxOptions, fn func(*Tx) error)
 	defer sqlTx.Rollback()
 	tx := &Tx{tx: sqlTx}
 	// One round trip reads the clock and sets the bounds, for this
-	// transaction only.
-	q := "SELECT now()"
+	// transaction only. JIT compilation is off: our statements are short,
+	// and a planner estimate over its threshold (the claim's, with many
+	// limited upstreams) would compile one for hundreds of milliseconds.
+	q := "SELECT now(), set_config('jit', 'off', true)"
 	var args []any
 	for _, set := range []struct {
 		name string
@@ -512,9 +514,9 @@ func (s *Store) InTxWith(ctx context.Context, opt TxOptions, fn func(*Tx) error)
 			q += fmt.Sprintf(", set_config('%s', $%d::bigint::text, true)", set.name, len(args))
 		}
 	}
-	dest := make([]any, 1+len(args))
+	dest := make([]any, 2+len(args))
 	dest[0] = &tx.now
-	for i := range args {
+	for i := range dest[1:] {
 		dest[i+1] = new(string)
 	}
 	if err := sqlTx.QueryRowContext(ctx, q, args...).Scan(dest...); err != nil {
