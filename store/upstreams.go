@@ -137,19 +137,18 @@ func (tx *Tx) LockUpstreams(ctx context.Context, names []string) (map[string]*up
 
 // GuardedUpstreams returns, of the given names, those whose upstream may
 // hold a start back or must count it: a breaker that is not closed, a
-// release in progress, a max_in_flight or a rate. The others (no row, or
-// a closed breaker without limits) start every due record and change
-// nothing when they do, so a tick need not lock them: it would only
-// serialize the ticks and batches of one busy upstream. It reads without
-// locking.
+// release in progress, a max_in_flight or a rate (the generated column
+// limited, migration 012). The others (no row, or a closed breaker without
+// limits) start every due record and change nothing when they do, so a
+// tick need not lock them: it would only serialize the ticks and batches
+// of one busy upstream. It reads without locking.
 func (tx *Tx) GuardedUpstreams(ctx context.Context, names []string) ([]string, error) {
 	var out []string
 	if len(names) == 0 {
 		return out, nil
 	}
 	if err := tx.tx.SelectContext(ctx, &out, `SELECT name FROM upstreams WHERE name = ANY($1)
-		AND (breaker <> 'closed' OR releasing OR COALESCE((config->>'max_in_flight')::int, 0) > 0
-			OR COALESCE((config->>'rate')::float8, 0) > 0)`, pq.StringArray(names)); err != nil {
+		AND (breaker <> 'closed' OR releasing OR limited)`, pq.StringArray(names)); err != nil {
 		return nil, fmt.Errorf("find guarded upstreams: %w", err)
 	}
 	return out, nil
