@@ -162,7 +162,7 @@ func (tx *Tx) SaveUpstreams(ctx context.Context, ups map[string]*upstream.Upstre
 	n := len(ups)
 	name, breaker := make([]string, 0, n), make([]string, 0, n)
 	ints := make([][]int64, 7)  // failures, window_attempts, window_failures, prev_attempts, prev_failures, opens, probes_left
-	times := make([][]int64, 7) // window_start, next_probe, tokens_at, released_at, blocked_until, changed_at
+	times := make([][]int64, 6) // window_start, next_probe, tokens_at, released_at, blocked_until, changed_at
 	tokens, releasing := make([]float64, 0, n), make([]bool, 0, n)
 	for _, u := range ups {
 		s := u.State
@@ -192,7 +192,7 @@ func (tx *Tx) SaveUpstreams(ctx context.Context, ups map[string]*upstream.Upstre
 	for _, a := range ints {
 		args = append(args, pq.Int64Array(a))
 	}
-	for _, a := range times[:6] {
+	for _, a := range times {
 		args = append(args, pq.Int64Array(a))
 	}
 	args = append(args, pq.Float64Array(tokens), tx.now, pq.BoolArray(releasing))
