@@ -166,11 +166,7 @@ func (tx *Tx) SaveUpstreams(ctx context.Context, ups map[string]*upstream.Upstre
 	tokens, releasing := make([]float64, 0, n), make([]bool, 0, n)
 	for _, u := range ups {
 		s := u.State
-		b := s.Breaker
-		if b == "" {
-			b = upstream.Closed
-		}
-		name, breaker = append(name, u.Name), append(breaker, string(b))
+		name, breaker = append(name, u.Name), append(breaker, string(s.Current()))
 		for i, v := range []int{s.Failures, s.Attempts, s.FailuresInWindow, s.PrevAttempts, s.PrevFailures, s.Opens, s.ProbesLeft} {
 			ints[i] = append(ints[i], int64(v))
 		}

@@ -266,11 +266,13 @@ func (v Verdict) String() string {
 // upstream when no result clears it sooner.
 const blockRecheck = time.Second
 
-func (u *Upstream) breaker() BreakerState {
-	if u.State.Breaker == "" {
+// Current is the breaker's state, with "" (a row never moved) read as
+// closed.
+func (s State) Current() BreakerState {
+	if s.Breaker == "" {
 		return Closed
 	}
-	return u.State.Breaker
+	return s.Breaker
 }
 
 // coolDown is the cool-down after the opens-th opening since the last close:
@@ -285,7 +287,7 @@ func (c Config) coolDown(opens int) time.Duration {
 }
 
 func (u *Upstream) move(to BreakerState, now time.Time, why string) *Transition {
-	t := &Transition{Upstream: u.Name, From: u.breaker(), To: to, At: now, Why: why}
+	t := &Transition{Upstream: u.Name, From: u.State.Current(), To: to, At: now, Why: why}
 	u.State.Breaker = to
 	u.State.ChangedAt = now
 	return t
@@ -316,7 +318,7 @@ func (u *Upstream) halfOpen(now time.Time) *Transition {
 // U5, U6, U10, U11).
 func (u *Upstream) Admit(now time.Time) (Verdict, *Transition) {
 	var tr *Transition
-	switch u.breaker() {
+	switch u.State.Current() {
 	case Open:
 		if now.Before(u.State.NextProbe) {
 			return Park, nil
@@ -348,7 +350,7 @@ func (u *Upstream) Admit(now time.Time) (Verdict, *Transition) {
 		u.State.Tokens--
 	}
 	u.InFlight++
-	if u.breaker() == HalfOpen {
+	if u.State.Current() == HalfOpen {
 		u.State.ProbesLeft--
 	}
 	return Start, tr
@@ -422,7 +424,7 @@ func (u *Upstream) Observe(o Outcome, now time.Time) *Transition {
 		u.State.Failures = 0
 	}
 	b := u.Config.Breaker
-	switch u.breaker() {
+	switch u.State.Current() {
 	case Closed:
 		if o != Failed {
 			return nil
@@ -500,7 +502,7 @@ func (u *Upstream) WindowFailures(now time.Time) int {
 // releases them and reports how many it found with Released
 // (docs/design.md, U6, U8).
 func (u *Upstream) Wake(now time.Time, limit int) (release int, tr *Transition) {
-	switch u.breaker() {
+	switch u.State.Current() {
 	case Open:
 		if now.Before(u.State.NextProbe) {
 			return 0, nil
@@ -540,7 +542,7 @@ func (u *Upstream) Wake(now time.Time, limit int) (release int, tr *Transition) 
 // found than asked is not enough: a parked record another transaction
 // holds is skipped, and would then stay parked for good.)
 func (u *Upstream) Released(left bool) {
-	if u.breaker() == Closed && !left {
+	if u.State.Current() == Closed && !left {
 		u.State.Releasing = false
 	}
 }
@@ -548,5 +550,5 @@ func (u *Upstream) Released(left bool) {
 // Waking reports whether the upstream needs Wake: an open or half-open
 // breaker, or a release in progress.
 func (s State) Waking() bool {
-	return (s.Breaker != "" && s.Breaker != Closed) || s.Releasing
+	return s.Current() != Closed || s.Releasing
 }
