@@ -148,8 +148,9 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// burst is the token bucket's size.
-func (c Config) burst() float64 {
+// EffectiveBurst is the token bucket's size: Burst, or its default
+// max(1, Rate).
+func (c Config) EffectiveBurst() float64 {
 	if c.Burst > 0 {
 		return c.Burst
 	}
@@ -160,8 +161,10 @@ func (c Config) burst() float64 {
 // after a breaker closes on an upstream with no rate.
 const DefaultReleaseRate = 10
 
-// releaseRate is how fast parked records are released.
-func (c Config) releaseRate() float64 {
+// EffectiveReleaseRate is how many parked records per second are
+// released after the breaker closes: ReleaseRate, or its default (Rate, or
+// DefaultReleaseRate without a rate).
+func (c Config) EffectiveReleaseRate() float64 {
 	switch {
 	case c.ReleaseRate > 0:
 		return c.ReleaseRate
@@ -365,7 +368,7 @@ func (u *Upstream) nextToken(now time.Time) time.Time {
 	}
 	tokens := u.State.Tokens
 	if el := now.Sub(u.State.TokensAt); el > 0 {
-		tokens = min(c.burst(), tokens+el.Seconds()*c.Rate)
+		tokens = min(c.EffectiveBurst(), tokens+el.Seconds()*c.Rate)
 	}
 	if tokens >= 1 {
 		return time.Time{}
@@ -375,7 +378,7 @@ func (u *Upstream) nextToken(now time.Time) time.Time {
 
 // refill adds the tokens earned since TokensAt (a fresh bucket is full).
 func (u *Upstream) refill(now time.Time) {
-	b := u.Config.burst()
+	b := u.Config.EffectiveBurst()
 	if u.State.TokensAt.IsZero() {
 		u.State.Tokens, u.State.TokensAt = b, now
 		return
@@ -520,7 +523,7 @@ func (u *Upstream) Wake(now time.Time, limit int) (release int, tr *Transition) 
 	if !u.State.Releasing {
 		return 0, nil
 	}
-	rr := u.Config.releaseRate()
+	rr := u.Config.EffectiveReleaseRate()
 	if u.State.ReleasedAt.IsZero() || u.State.ReleasedAt.After(now) {
 		u.State.ReleasedAt = now
 	}

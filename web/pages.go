@@ -163,24 +163,12 @@ func viewUpstream(u store.UpstreamRow) upstreamView {
 		limits = append(limits, fmt.Sprintf("at most %d in flight", c.MaxInFlight))
 	}
 	if c.Rate > 0 {
-		burst := c.Burst
-		if burst <= 0 {
-			burst = max(1, c.Rate) // upstream.Config's default
-		}
-		limits = append(limits, fmt.Sprintf("%s starts/s (burst %s)", num(c.Rate), num(burst)))
+		limits = append(limits, fmt.Sprintf("%s starts/s (burst %s)", num(c.Rate), num(c.EffectiveBurst())))
 	}
 	if len(limits) == 0 {
 		limits = append(limits, "none")
 	}
-	release := c.ReleaseRate
-	switch {
-	case release > 0:
-	case c.Rate > 0:
-		release = c.Rate
-	default:
-		release = upstream.DefaultReleaseRate
-	}
-	limits = append(limits, fmt.Sprintf("parked records released at %s/s", num(release)))
+	limits = append(limits, fmt.Sprintf("parked records released at %s/s", num(c.EffectiveReleaseRate())))
 	b := c.Breaker
 	var opens []string
 	switch {
