@@ -309,9 +309,15 @@ func (u *Upstream) open(now time.Time, why string) *Transition {
 
 func (u *Upstream) halfOpen(now time.Time) *Transition {
 	t := u.move(HalfOpen, now, "cool-down over: probing")
+	u.probeRound(now)
+	return t
+}
+
+// probeRound lets a half-open breaker's probes start at now, and a new
+// round after a cool-down if none of them answered.
+func (u *Upstream) probeRound(now time.Time) {
 	u.State.ProbesLeft = u.Config.Breaker.Probes
 	u.State.NextProbe = now.Add(u.Config.coolDown(u.State.Opens))
-	return t
 }
 
 // Admit decides, at now, whether a due record of this upstream starts, is
@@ -334,8 +340,7 @@ func (u *Upstream) Admit(now time.Time) (Verdict, *Transition) {
 			}
 			// No probe answered in a whole cool-down (cancelled, undone):
 			// a new round.
-			u.State.ProbesLeft = u.Config.Breaker.Probes
-			u.State.NextProbe = now.Add(u.Config.coolDown(u.State.Opens))
+			u.probeRound(now)
 		}
 	}
 	c := u.Config
@@ -514,8 +519,7 @@ func (u *Upstream) Wake(now time.Time, limit int) (release int, tr *Transition) 
 		return u.State.ProbesLeft, tr
 	case HalfOpen:
 		if u.State.ProbesLeft <= 0 && !now.Before(u.State.NextProbe) {
-			u.State.ProbesLeft = u.Config.Breaker.Probes
-			u.State.NextProbe = now.Add(u.Config.coolDown(u.State.Opens))
+			u.probeRound(now)
 			return u.State.ProbesLeft, nil
 		}
 		return 0, nil
