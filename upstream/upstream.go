@@ -351,8 +351,7 @@ func (u *Upstream) Admit(now time.Time) (Verdict, *Transition) {
 	if c.Rate > 0 {
 		u.refill(now)
 		if u.State.Tokens < 1 {
-			need := time.Duration((1 - u.State.Tokens) / c.Rate * float64(time.Second))
-			u.State.BlockedUntil = now.Add(max(need, time.Microsecond))
+			u.State.BlockedUntil = now.Add(c.untilToken(u.State.Tokens))
 			return Wait, tr
 		}
 		u.State.Tokens--
@@ -367,30 +366,40 @@ func (u *Upstream) Admit(now time.Time) (Verdict, *Transition) {
 // nextToken is when the rate lets the next start through, if that is after
 // now; zero without a rate or with a token at now. It changes nothing.
 func (u *Upstream) nextToken(now time.Time) time.Time {
-	c := u.Config
-	if c.Rate <= 0 || u.State.TokensAt.IsZero() {
+	if u.Config.Rate <= 0 || u.State.TokensAt.IsZero() {
 		return time.Time{}
 	}
-	tokens := u.State.Tokens
-	if el := now.Sub(u.State.TokensAt); el > 0 {
-		tokens = min(c.EffectiveBurst(), tokens+el.Seconds()*c.Rate)
-	}
+	tokens := u.tokensAt(now)
 	if tokens >= 1 {
 		return time.Time{}
 	}
-	return now.Add(max(time.Duration((1-tokens)/c.Rate*float64(time.Second)), time.Microsecond))
+	return now.Add(u.Config.untilToken(tokens))
+}
+
+// untilToken is how long the bucket takes to fill from tokens (below 1) to
+// one token: at least a microsecond.
+func (c Config) untilToken(tokens float64) time.Duration {
+	return max(time.Duration((1-tokens)/c.Rate*float64(time.Second)), time.Microsecond)
+}
+
+// tokensAt is the bucket's content at now: the tokens earned since
+// TokensAt added, up to the burst (a fresh bucket is full). It changes
+// nothing.
+func (u *Upstream) tokensAt(now time.Time) float64 {
+	b := u.Config.EffectiveBurst()
+	if u.State.TokensAt.IsZero() {
+		return b
+	}
+	if el := now.Sub(u.State.TokensAt); el > 0 {
+		return min(b, u.State.Tokens+el.Seconds()*u.Config.Rate)
+	}
+	return u.State.Tokens
 }
 
 // refill adds the tokens earned since TokensAt (a fresh bucket is full).
 func (u *Upstream) refill(now time.Time) {
-	b := u.Config.EffectiveBurst()
-	if u.State.TokensAt.IsZero() {
-		u.State.Tokens, u.State.TokensAt = b, now
-		return
-	}
-	if el := now.Sub(u.State.TokensAt); el > 0 {
-		u.State.Tokens = min(b, u.State.Tokens+el.Seconds()*u.Config.Rate)
-		u.State.TokensAt = now
+	if u.State.TokensAt.IsZero() || now.After(u.State.TokensAt) {
+		u.State.Tokens, u.State.TokensAt = u.tokensAt(now), now
 	}
 }
 
