@@ -97,12 +97,7 @@ func (p *batchPlan) counts() BatchCounts {
 	for _, d := range p.dead {
 		c.Results[ResultKind{d.typ, OutcomeDead}]++
 	}
-	for _, t := range p.breakerEvents {
-		if c.BreakerTransitions == nil {
-			c.BreakerTransitions = map[upstream.BreakerState]int{}
-		}
-		c.BreakerTransitions[t.To]++
-	}
+	c.BreakerTransitions = upstream.CountByState(p.breakerEvents)
 	return c
 }
 

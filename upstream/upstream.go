@@ -246,6 +246,19 @@ type Transition struct {
 	CoolDown time.Duration
 }
 
+// CountByState counts transitions by the state they went to; nil when
+// there are none.
+func CountByState(trs []Transition) map[BreakerState]int {
+	var out map[BreakerState]int
+	for _, t := range trs {
+		if out == nil {
+			out = map[BreakerState]int{}
+		}
+		out[t.To]++
+	}
+	return out
+}
+
 // Verdict is what Admit decided for one due record.
 type Verdict int
 
