@@ -126,11 +126,11 @@ func applyBatch(rows map[string]store.Row, busy map[string]bool, items []item, n
 			continue
 		}
 		rl, err := rules.Get(row.Schedule, row.Policy)
-		rl = rl.ForRecord(r.BigTableUID)
 		if err != nil {
 			plan.dead = append(plan.dead, rejected{it.raw, fmt.Sprintf("record %q cannot apply results: %v", r.BigTableUID, err), string(r.Type)})
 			continue
 		}
+		rl = rl.ForRecord(r.BigTableUID)
 		old := row.State
 		var outcome store.Outcome
 		var step refresh.Step
