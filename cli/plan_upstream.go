@@ -47,13 +47,6 @@ func newSimBreaker(b upstream.Breaker) *simBreaker {
 	return &simBreaker{u: &upstream.Upstream{Name: "plan", Config: upstream.Config{Breaker: b}}}
 }
 
-func (b *simBreaker) state() string {
-	if b.u.State.Breaker == "" {
-		return string(upstream.Closed)
-	}
-	return string(b.u.State.Breaker)
-}
-
 // transitionText describes a breaker transition for the plan.
 func transitionText(tr *upstream.Transition) string {
 	if tr == nil {
@@ -80,7 +73,7 @@ func (b *simBreaker) Admit(now time.Time) refresh.SimAdmission {
 	}
 	v, tr := b.u.Admit(now)
 	why = append(why, transitionText(tr))
-	a := refresh.SimAdmission{Start: v != upstream.Park, Breaker: b.state(), Why: joinTexts(why)}
+	a := refresh.SimAdmission{Start: v != upstream.Park, Breaker: string(b.u.State.Current()), Why: joinTexts(why)}
 	if v == upstream.Park {
 		a.Release = b.u.State.NextProbe
 	} else {
@@ -101,7 +94,7 @@ func (b *simBreaker) Observe(outcome string, end time.Time) (string, string) {
 		o = upstream.Uncounted
 	}
 	tr := b.u.Observe(o, end)
-	return b.state(), transitionText(tr)
+	return string(b.u.State.Current()), transitionText(tr)
 }
 
 func joinTexts(parts []string) string {

@@ -188,11 +188,7 @@ type upstreamView struct {
 }
 
 func upstreamJSON(u store.UpstreamRow) upstreamView {
-	b := string(u.State.Breaker)
-	if b == "" {
-		b = string(upstream.Closed)
-	}
-	return upstreamView{Name: u.Name, Configured: u.Configured, Config: u.Config, Breaker: b,
+	return upstreamView{Name: u.Name, Configured: u.Configured, Config: u.Config, Breaker: string(u.State.Current()),
 		FailuresInRow: u.State.Failures, WindowFailures: u.WindowFailures, InFlight: u.InFlight, Parked: u.Parked,
 		NextProbe: jsonTime(u.State.NextProbe), ChangedAt: jsonTime(u.State.ChangedAt)}
 }

@@ -97,12 +97,7 @@ func (p *batchPlan) counts() BatchCounts {
 	for _, d := range p.dead {
 		c.Results[ResultKind{d.typ, OutcomeDead}]++
 	}
-	for _, t := range p.breakerEvents {
-		if c.BreakerTransitions == nil {
-			c.BreakerTransitions = map[upstream.BreakerState]int{}
-		}
-		c.BreakerTransitions[t.To]++
-	}
+	c.BreakerTransitions = upstream.CountByState(p.breakerEvents)
 	return c
 }
 
@@ -131,11 +126,11 @@ func applyBatch(rows map[string]store.Row, busy map[string]bool, items []item, n
 			continue
 		}
 		rl, err := rules.Get(row.Schedule, row.Policy)
-		rl = rl.ForRecord(r.BigTableUID)
 		if err != nil {
 			plan.dead = append(plan.dead, rejected{it.raw, fmt.Sprintf("record %q cannot apply results: %v", r.BigTableUID, err), string(r.Type)})
 			continue
 		}
+		rl = rl.ForRecord(r.BigTableUID)
 		old := row.State
 		var outcome store.Outcome
 		var step refresh.Step

@@ -105,7 +105,6 @@ func planTick(rows []store.Row, now time.Time, opt planOptions) (tickPlan, error
 			continue
 		}
 		rules, err := opt.rules(row.Schedule, row.Policy)
-		rules = rules.ForRecord(row.UID)
 		if err != nil {
 			reason := unreadableReason(err)
 			if st.Running() {
@@ -118,6 +117,7 @@ func planTick(rows []store.Row, now time.Time, opt planOptions) (tickPlan, error
 			p.unreadable = append(p.unreadable, unreadable{uid: row.UID, reason: reason})
 			continue
 		}
+		rules = rules.ForRecord(row.UID)
 		changed := false
 		if exp == redriveExpired {
 			p.redriven = append(p.redriven, redriven{uid: row.UID, attemptUID: st.AttemptUID, attemptNo: st.AttemptNo})

@@ -304,12 +304,7 @@ func (s *Scheduler) Tick(ctx context.Context) (TickResult, error) {
 	}
 	res.BreakerParked, res.Waiting, res.Released = len(plan.park), plan.waiting, plan.released
 	s.logBreakers(plan.events)
-	for _, t := range plan.breakerEvents {
-		if res.BreakerTransitions == nil {
-			res.BreakerTransitions = map[upstream.BreakerState]int{}
-		}
-		res.BreakerTransitions[t.To]++
-	}
+	res.BreakerTransitions = upstream.CountByState(plan.breakerEvents)
 	for _, p := range plan.unreadable {
 		s.log.Error("record disabled: its stored schedule or policy cannot be read", "uid", p.uid, "reason", p.reason)
 	}

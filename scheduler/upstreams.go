@@ -33,19 +33,15 @@ type upstreamPlan struct {
 // would only make every tick and poller batch of one busy upstream wait
 // for each other.
 func lockUpstreams(ctx context.Context, tx *store.Tx, rows []store.Row, waking []string) (map[string]*upstream.Upstream, error) {
+	// tx.LockUpstreams drops the repeated names.
 	seen := map[string]bool{}
 	var due, lock []string
 	for _, r := range rows {
-		if seen[r.Upstream] {
-			continue
-		}
-		seen[r.Upstream] = true
-		due = append(due, r.Upstream)
-	}
-	seen = map[string]bool{}
-	for _, r := range rows {
-		if r.Running() && !seen[r.Upstream] {
+		if !seen[r.Upstream] {
 			seen[r.Upstream] = true
+			due = append(due, r.Upstream)
+		}
+		if r.Running() {
 			lock = append(lock, r.Upstream)
 		}
 	}

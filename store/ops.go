@@ -10,8 +10,9 @@ import (
 	"github.com/bigtables/bigtables/refresh"
 )
 
-// duePredicate is the claim's condition for a row to start: the
-// predicate of the partial index bigtables_due.
+// duePredicate is the claim's condition for a row to start (not running,
+// disabled, paused or parked): the predicate of the partial indexes
+// bigtables_due and bigtables_due_upstream.
 const duePredicate = "attempt_uid IS NULL AND NOT disabled_until_update AND NOT paused AND parked_at IS NULL"
 
 // phasePredicate is refresh.State.Phase in SQL: each phase's rows, the

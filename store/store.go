@@ -540,10 +540,6 @@ func (s *Store) InTxWith(ctx context.Context, opt TxOptions, fn func(*Tx) error)
 // closed: the predicate of the partial index upstreams_limited.
 const limitedUpstream = `u.limited AND u.breaker = 'closed'`
 
-// dueRow is the predicate of the partial indexes bigtables_due and
-// bigtables_due_upstream (rows not running, disabled, paused or parked).
-const dueRow = `attempt_uid IS NULL AND NOT disabled_until_update AND NOT paused AND parked_at IS NULL`
-
 // claimDue reads the rows it locks whole, so no row is looked up twice; the
 // due and expired sets are disjoint (attempt_uid NULL or not). $1 is now,
 // $3 the latest deadline the caller times out (at most now).
@@ -573,13 +569,13 @@ WITH capped AS (
 ), limited AS (
     SELECT b.* FROM capped c CROSS JOIN LATERAL (
         SELECT ` + lockedColumns + ` FROM bigtables
-        WHERE upstream = c.name AND ` + dueRow + ` AND refresh_at <= $1
+        WHERE upstream = c.name AND ` + duePredicate + ` AND refresh_at <= $1
         ORDER BY refresh_at
         LIMIT greatest(c.n, 0)::bigint
         FOR UPDATE SKIP LOCKED) b
 ), due AS (
     SELECT ` + lockedColumns + ` FROM bigtables
-    WHERE ` + dueRow + ` AND refresh_at <= $1
+    WHERE ` + duePredicate + ` AND refresh_at <= $1
         AND NOT EXISTS (SELECT 1 FROM upstreams u WHERE u.name = bigtables.upstream
             AND (u.blocked_until > $1 OR (` + limitedUpstream + `)))
     ORDER BY refresh_at
@@ -904,7 +900,7 @@ func (s *Store) Count(ctx context.Context) (Counts, error) {
 	var c Counts
 	err := s.db.QueryRowContext(ctx, `SELECT count(*),
 		count(*) FILTER (WHERE attempt_uid IS NOT NULL),
-		count(*) FILTER (WHERE attempt_uid IS NULL AND NOT disabled_until_update AND NOT paused AND parked_at IS NULL AND refresh_at <= COALESCE($1::timestamptz, now())),
+		count(*) FILTER (WHERE `+duePredicate+` AND refresh_at <= COALESCE($1::timestamptz, now())),
 		count(*) FILTER (WHERE disabled_until_update)
 		FROM bigtables`, s.clockParam()).Scan(&c.Total, &c.Running, &c.Due, &c.Disabled)
 	if err != nil {

@@ -137,19 +137,18 @@ func (tx *Tx) LockUpstreams(ctx context.Context, names []string) (map[string]*up
 
 // GuardedUpstreams returns, of the given names, those whose upstream may
 // hold a start back or must count it: a breaker that is not closed, a
-// release in progress, a max_in_flight or a rate. The others (no row, or
-// a closed breaker without limits) start every due record and change
-// nothing when they do, so a tick need not lock them: it would only
-// serialize the ticks and batches of one busy upstream. It reads without
-// locking.
+// release in progress, a max_in_flight or a rate (the generated column
+// limited, migration 012). The others (no row, or a closed breaker without
+// limits) start every due record and change nothing when they do, so a
+// tick need not lock them: it would only serialize the ticks and batches
+// of one busy upstream. It reads without locking.
 func (tx *Tx) GuardedUpstreams(ctx context.Context, names []string) ([]string, error) {
 	var out []string
 	if len(names) == 0 {
 		return out, nil
 	}
 	if err := tx.tx.SelectContext(ctx, &out, `SELECT name FROM upstreams WHERE name = ANY($1)
-		AND (breaker <> 'closed' OR releasing OR COALESCE((config->>'max_in_flight')::int, 0) > 0
-			OR COALESCE((config->>'rate')::float8, 0) > 0)`, pq.StringArray(names)); err != nil {
+		AND (breaker <> 'closed' OR releasing OR limited)`, pq.StringArray(names)); err != nil {
 		return nil, fmt.Errorf("find guarded upstreams: %w", err)
 	}
 	return out, nil
@@ -163,15 +162,11 @@ func (tx *Tx) SaveUpstreams(ctx context.Context, ups map[string]*upstream.Upstre
 	n := len(ups)
 	name, breaker := make([]string, 0, n), make([]string, 0, n)
 	ints := make([][]int64, 7)  // failures, window_attempts, window_failures, prev_attempts, prev_failures, opens, probes_left
-	times := make([][]int64, 7) // window_start, next_probe, tokens_at, released_at, blocked_until, changed_at
+	times := make([][]int64, 6) // window_start, next_probe, tokens_at, released_at, blocked_until, changed_at
 	tokens, releasing := make([]float64, 0, n), make([]bool, 0, n)
 	for _, u := range ups {
 		s := u.State
-		b := s.Breaker
-		if b == "" {
-			b = upstream.Closed
-		}
-		name, breaker = append(name, u.Name), append(breaker, string(b))
+		name, breaker = append(name, u.Name), append(breaker, string(s.Current()))
 		for i, v := range []int{s.Failures, s.Attempts, s.FailuresInWindow, s.PrevAttempts, s.PrevFailures, s.Opens, s.ProbesLeft} {
 			ints[i] = append(ints[i], int64(v))
 		}
@@ -193,7 +188,7 @@ func (tx *Tx) SaveUpstreams(ctx context.Context, ups map[string]*upstream.Upstre
 	for _, a := range ints {
 		args = append(args, pq.Int64Array(a))
 	}
-	for _, a := range times[:6] {
+	for _, a := range times {
 		args = append(args, pq.Int64Array(a))
 	}
 	args = append(args, pq.Float64Array(tokens), tx.now, pq.BoolArray(releasing))

@@ -148,8 +148,9 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// burst is the token bucket's size.
-func (c Config) burst() float64 {
+// EffectiveBurst is the token bucket's size: Burst, or its default
+// max(1, Rate).
+func (c Config) EffectiveBurst() float64 {
 	if c.Burst > 0 {
 		return c.Burst
 	}
@@ -160,8 +161,10 @@ func (c Config) burst() float64 {
 // after a breaker closes on an upstream with no rate.
 const DefaultReleaseRate = 10
 
-// releaseRate is how fast parked records are released.
-func (c Config) releaseRate() float64 {
+// EffectiveReleaseRate is how many parked records per second are
+// released after the breaker closes: ReleaseRate, or its default (Rate, or
+// DefaultReleaseRate without a rate).
+func (c Config) EffectiveReleaseRate() float64 {
 	switch {
 	case c.ReleaseRate > 0:
 		return c.ReleaseRate
@@ -243,6 +246,19 @@ type Transition struct {
 	CoolDown time.Duration
 }
 
+// CountByState counts transitions by the state they went to; nil when
+// there are none.
+func CountByState(trs []Transition) map[BreakerState]int {
+	var out map[BreakerState]int
+	for _, t := range trs {
+		if out == nil {
+			out = map[BreakerState]int{}
+		}
+		out[t.To]++
+	}
+	return out
+}
+
 // Verdict is what Admit decided for one due record.
 type Verdict int
 
@@ -266,11 +282,13 @@ func (v Verdict) String() string {
 // upstream when no result clears it sooner.
 const blockRecheck = time.Second
 
-func (u *Upstream) breaker() BreakerState {
-	if u.State.Breaker == "" {
+// Current is the breaker's state, with "" (a row never moved) read as
+// closed.
+func (s State) Current() BreakerState {
+	if s.Breaker == "" {
 		return Closed
 	}
-	return u.State.Breaker
+	return s.Breaker
 }
 
 // coolDown is the cool-down after the opens-th opening since the last close:
@@ -285,7 +303,7 @@ func (c Config) coolDown(opens int) time.Duration {
 }
 
 func (u *Upstream) move(to BreakerState, now time.Time, why string) *Transition {
-	t := &Transition{Upstream: u.Name, From: u.breaker(), To: to, At: now, Why: why}
+	t := &Transition{Upstream: u.Name, From: u.State.Current(), To: to, At: now, Why: why}
 	u.State.Breaker = to
 	u.State.ChangedAt = now
 	return t
@@ -304,9 +322,15 @@ func (u *Upstream) open(now time.Time, why string) *Transition {
 
 func (u *Upstream) halfOpen(now time.Time) *Transition {
 	t := u.move(HalfOpen, now, "cool-down over: probing")
+	u.probeRound(now)
+	return t
+}
+
+// probeRound lets a half-open breaker's probes start at now, and a new
+// round after a cool-down if none of them answered.
+func (u *Upstream) probeRound(now time.Time) {
 	u.State.ProbesLeft = u.Config.Breaker.Probes
 	u.State.NextProbe = now.Add(u.Config.coolDown(u.State.Opens))
-	return t
 }
 
 // Admit decides, at now, whether a due record of this upstream starts, is
@@ -316,7 +340,7 @@ func (u *Upstream) halfOpen(now time.Time) *Transition {
 // U5, U6, U10, U11).
 func (u *Upstream) Admit(now time.Time) (Verdict, *Transition) {
 	var tr *Transition
-	switch u.breaker() {
+	switch u.State.Current() {
 	case Open:
 		if now.Before(u.State.NextProbe) {
 			return Park, nil
@@ -329,8 +353,7 @@ func (u *Upstream) Admit(now time.Time) (Verdict, *Transition) {
 			}
 			// No probe answered in a whole cool-down (cancelled, undone):
 			// a new round.
-			u.State.ProbesLeft = u.Config.Breaker.Probes
-			u.State.NextProbe = now.Add(u.Config.coolDown(u.State.Opens))
+			u.probeRound(now)
 		}
 	}
 	c := u.Config
@@ -341,14 +364,13 @@ func (u *Upstream) Admit(now time.Time) (Verdict, *Transition) {
 	if c.Rate > 0 {
 		u.refill(now)
 		if u.State.Tokens < 1 {
-			need := time.Duration((1 - u.State.Tokens) / c.Rate * float64(time.Second))
-			u.State.BlockedUntil = now.Add(max(need, time.Microsecond))
+			u.State.BlockedUntil = now.Add(c.untilToken(u.State.Tokens))
 			return Wait, tr
 		}
 		u.State.Tokens--
 	}
 	u.InFlight++
-	if u.breaker() == HalfOpen {
+	if u.State.Current() == HalfOpen {
 		u.State.ProbesLeft--
 	}
 	return Start, tr
@@ -357,30 +379,40 @@ func (u *Upstream) Admit(now time.Time) (Verdict, *Transition) {
 // nextToken is when the rate lets the next start through, if that is after
 // now; zero without a rate or with a token at now. It changes nothing.
 func (u *Upstream) nextToken(now time.Time) time.Time {
-	c := u.Config
-	if c.Rate <= 0 || u.State.TokensAt.IsZero() {
+	if u.Config.Rate <= 0 || u.State.TokensAt.IsZero() {
 		return time.Time{}
 	}
-	tokens := u.State.Tokens
-	if el := now.Sub(u.State.TokensAt); el > 0 {
-		tokens = min(c.burst(), tokens+el.Seconds()*c.Rate)
-	}
+	tokens := u.tokensAt(now)
 	if tokens >= 1 {
 		return time.Time{}
 	}
-	return now.Add(max(time.Duration((1-tokens)/c.Rate*float64(time.Second)), time.Microsecond))
+	return now.Add(u.Config.untilToken(tokens))
+}
+
+// untilToken is how long the bucket takes to fill from tokens (below 1) to
+// one token: at least a microsecond.
+func (c Config) untilToken(tokens float64) time.Duration {
+	return max(time.Duration((1-tokens)/c.Rate*float64(time.Second)), time.Microsecond)
+}
+
+// tokensAt is the bucket's content at now: the tokens earned since
+// TokensAt added, up to the burst (a fresh bucket is full). It changes
+// nothing.
+func (u *Upstream) tokensAt(now time.Time) float64 {
+	b := u.Config.EffectiveBurst()
+	if u.State.TokensAt.IsZero() {
+		return b
+	}
+	if el := now.Sub(u.State.TokensAt); el > 0 {
+		return min(b, u.State.Tokens+el.Seconds()*u.Config.Rate)
+	}
+	return u.State.Tokens
 }
 
 // refill adds the tokens earned since TokensAt (a fresh bucket is full).
 func (u *Upstream) refill(now time.Time) {
-	b := u.Config.burst()
-	if u.State.TokensAt.IsZero() {
-		u.State.Tokens, u.State.TokensAt = b, now
-		return
-	}
-	if el := now.Sub(u.State.TokensAt); el > 0 {
-		u.State.Tokens = min(b, u.State.Tokens+el.Seconds()*u.Config.Rate)
-		u.State.TokensAt = now
+	if u.State.TokensAt.IsZero() || now.After(u.State.TokensAt) {
+		u.State.Tokens, u.State.TokensAt = u.tokensAt(now), now
 	}
 }
 
@@ -422,7 +454,7 @@ func (u *Upstream) Observe(o Outcome, now time.Time) *Transition {
 		u.State.Failures = 0
 	}
 	b := u.Config.Breaker
-	switch u.breaker() {
+	switch u.State.Current() {
 	case Closed:
 		if o != Failed {
 			return nil
@@ -500,7 +532,7 @@ func (u *Upstream) WindowFailures(now time.Time) int {
 // releases them and reports how many it found with Released
 // (docs/design.md, U6, U8).
 func (u *Upstream) Wake(now time.Time, limit int) (release int, tr *Transition) {
-	switch u.breaker() {
+	switch u.State.Current() {
 	case Open:
 		if now.Before(u.State.NextProbe) {
 			return 0, nil
@@ -509,8 +541,7 @@ func (u *Upstream) Wake(now time.Time, limit int) (release int, tr *Transition) 
 		return u.State.ProbesLeft, tr
 	case HalfOpen:
 		if u.State.ProbesLeft <= 0 && !now.Before(u.State.NextProbe) {
-			u.State.ProbesLeft = u.Config.Breaker.Probes
-			u.State.NextProbe = now.Add(u.Config.coolDown(u.State.Opens))
+			u.probeRound(now)
 			return u.State.ProbesLeft, nil
 		}
 		return 0, nil
@@ -518,7 +549,7 @@ func (u *Upstream) Wake(now time.Time, limit int) (release int, tr *Transition) 
 	if !u.State.Releasing {
 		return 0, nil
 	}
-	rr := u.Config.releaseRate()
+	rr := u.Config.EffectiveReleaseRate()
 	if u.State.ReleasedAt.IsZero() || u.State.ReleasedAt.After(now) {
 		u.State.ReleasedAt = now
 	}
@@ -540,7 +571,7 @@ func (u *Upstream) Wake(now time.Time, limit int) (release int, tr *Transition) 
 // found than asked is not enough: a parked record another transaction
 // holds is skipped, and would then stay parked for good.)
 func (u *Upstream) Released(left bool) {
-	if u.breaker() == Closed && !left {
+	if u.State.Current() == Closed && !left {
 		u.State.Releasing = false
 	}
 }
@@ -548,5 +579,5 @@ func (u *Upstream) Released(left bool) {
 // Waking reports whether the upstream needs Wake: an open or half-open
 // breaker, or a release in progress.
 func (s State) Waking() bool {
-	return (s.Breaker != "" && s.Breaker != Closed) || s.Releasing
+	return s.Current() != Closed || s.Releasing
 }

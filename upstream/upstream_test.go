@@ -58,7 +58,7 @@ func run(t *testing.T, u *Upstream, steps []step) {
 				t.Fatalf("step %d: wake releases %d, want %d", i, n, s.release)
 			}
 		}
-		if got := u.breaker(); got != s.state {
+		if got := u.State.Current(); got != s.state {
 			t.Fatalf("step %d: breaker %s, want %s (state %+v)", i, got, s.state, u.State)
 		}
 		switch {

@@ -122,7 +122,7 @@ func breakerCounts(list []store.UpstreamRow) []breakerCount {
 	out := []breakerCount{{State: upstream.Open}, {State: upstream.HalfOpen}, {State: upstream.Closed}}
 	for _, u := range list {
 		for i := range out {
-			if out[i].State == breakerOf(u) {
+			if out[i].State == u.State.Current() {
 				out[i].Count++
 			}
 		}
@@ -134,19 +134,11 @@ func breakerCounts(list []store.UpstreamRow) []breakerCount {
 func tripped(list []store.UpstreamRow, n int) []upstreamView {
 	var out []upstreamView
 	for _, u := range list {
-		if breakerOf(u) != upstream.Closed && len(out) < n {
+		if u.State.Current() != upstream.Closed && len(out) < n {
 			out = append(out, viewUpstream(u))
 		}
 	}
 	return out
-}
-
-// breakerOf is the upstream's breaker state ("" reads as closed).
-func breakerOf(u store.UpstreamRow) upstream.BreakerState {
-	if u.State.Breaker == "" {
-		return upstream.Closed
-	}
-	return u.State.Breaker
 }
 
 // upstreamView is an upstream as the pages show it.
@@ -171,24 +163,12 @@ func viewUpstream(u store.UpstreamRow) upstreamView {
 		limits = append(limits, fmt.Sprintf("at most %d in flight", c.MaxInFlight))
 	}
 	if c.Rate > 0 {
-		burst := c.Burst
-		if burst <= 0 {
-			burst = max(1, c.Rate) // upstream.Config's default
-		}
-		limits = append(limits, fmt.Sprintf("%s starts/s (burst %s)", num(c.Rate), num(burst)))
+		limits = append(limits, fmt.Sprintf("%s starts/s (burst %s)", num(c.Rate), num(c.EffectiveBurst())))
 	}
 	if len(limits) == 0 {
 		limits = append(limits, "none")
 	}
-	release := c.ReleaseRate
-	switch {
-	case release > 0:
-	case c.Rate > 0:
-		release = c.Rate
-	default:
-		release = upstream.DefaultReleaseRate
-	}
-	limits = append(limits, fmt.Sprintf("parked records released at %s/s", num(release)))
+	limits = append(limits, fmt.Sprintf("parked records released at %s/s", num(c.EffectiveReleaseRate())))
 	b := c.Breaker
 	var opens []string
 	switch {
@@ -205,7 +185,7 @@ func viewUpstream(u store.UpstreamRow) upstreamView {
 		policy = fmt.Sprintf("opens after %s; cool-down %s doubling up to %s; %d probes", strings.Join(opens, " or "),
 			b.CoolDown, b.MaxCoolDown, b.Probes)
 	}
-	return upstreamView{Name: u.Name, Breaker: breakerOf(u), Configured: u.Configured, FailuresInRow: u.State.Failures,
+	return upstreamView{Name: u.Name, Breaker: u.State.Current(), Configured: u.Configured, FailuresInRow: u.State.Failures,
 		WindowFailures: u.WindowFailures, InFlight: u.InFlight, Parked: u.Parked, NextProbe: u.State.NextProbe,
 		ChangedAt: u.State.ChangedAt, Limits: strings.Join(limits, ", "), Policy: policy}
 }
