@@ -27,9 +27,9 @@ func (r Rules) ForRecord(uid string) Rules {
 	return r
 }
 
-// next is the first planned refresh strictly after t: the schedule's
+// Next is the first planned refresh strictly after t: the schedule's
 // occurrences shifted by the record's offset. Zero when there is none.
-func (r Rules) next(t time.Time) time.Time {
+func (r Rules) Next(t time.Time) time.Time {
 	off := r.Policy.offset
 	if off == 0 {
 		return r.Schedule.Next(t)

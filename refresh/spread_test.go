@@ -67,15 +67,15 @@ func TestSpreadShiftsEveryPlannedRefresh(t *testing.T) {
 	if want := midnight.Add(off); !s.RefreshAt.Equal(want) {
 		t.Fatalf("after a success: refresh_at %v, want %v", s.RefreshAt, want)
 	}
-	if got, want := r.next(midnight.Add(off)), midnight.Add(24*time.Hour+off); !got.Equal(want) {
+	if got, want := r.Next(midnight.Add(off)), midnight.Add(24*time.Hour+off); !got.Equal(want) {
 		t.Fatalf("the refresh after the shifted one: %v, want %v (same offset)", got, want)
 	}
 	// Just before its shifted occurrence, the next one is that occurrence.
-	if got := r.next(midnight.Add(off - time.Second)); !got.Equal(midnight.Add(off)) {
+	if got := r.Next(midnight.Add(off - time.Second)); !got.Equal(midnight.Add(off)) {
 		t.Fatalf("next just before the shifted occurrence: %v, want %v", got, midnight.Add(off))
 	}
 	// Without ForRecord, no shift.
-	if got := (Rules{daily, p}).next(now); !got.Equal(midnight) {
+	if got := (Rules{daily, p}).Next(now); !got.Equal(midnight) {
 		t.Fatalf("next without ForRecord %v, want %v", got, midnight)
 	}
 	bad := DefaultPolicy()

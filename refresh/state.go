@@ -155,7 +155,7 @@ func (r Rules) Start(s State, now time.Time, attemptUID string) (State, error) {
 	s.AttemptNo++
 	s.StartedAt = now
 	s.DeadlineAt = now.Add(time.Duration(r.Policy.Timeout))
-	s.RefreshAt = r.next(s.DeadlineAt)
+	s.RefreshAt = r.Next(s.DeadlineAt)
 	return s, nil
 }
 
@@ -225,7 +225,7 @@ func (r Rules) Succeed(s State, now time.Time, rcv Received, attemptUID string) 
 	s = s.clearAttempt()
 	s.AttemptNo = 0
 	s.FailingSince, s.LastDelay = time.Time{}, 0
-	s.RefreshAt = r.next(now)
+	s.RefreshAt = r.Next(now)
 	return s, nil
 }
 
@@ -338,7 +338,7 @@ func (r Rules) fail(s State, now time.Time, f Failure) (State, Step, error) {
 			s.FailingSince.UTC().Format(time.RFC3339), p.GiveUpAfter)
 		return p.final(s, f, why), Step{Decision: GaveUp, Kind: kind}, nil
 	}
-	planned := r.next(now)
+	planned := r.Next(now)
 	delay, ok := strategy.Delay(Input{
 		Failure: s.AttemptNo, FailingFor: now.Sub(s.FailingSince), Previous: s.LastDelay, Draw: f.Draw,
 	})

@@ -310,6 +310,7 @@ func (s *Server) record(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		data["RulesErr"] = err.Error()
 	} else {
+		rules = rules.ForRecord(row.UID) // its spread offset, as the scheduler plans
 		rule := row.Schedule
 		if _, after, ok := strings.Cut(rule, "\n"); ok {
 			rule = after

@@ -16,12 +16,14 @@ func clock(t time.Time) string {
 	return t.UTC().Format("2006-01-02 15:04:05")
 }
 
-// planned returns the next n occurrences of the schedule after now.
+// planned returns the next n planned refreshes after now (the schedule's
+// occurrences, shifted by the record's spread offset when r is the
+// record's: Rules.ForRecord).
 func planned(r refresh.Rules, now time.Time, n int) []time.Time {
 	var out []time.Time
 	t := now
 	for range n {
-		t = r.Schedule.Next(t)
+		t = r.Next(t)
 		if t.IsZero() {
 			break
 		}

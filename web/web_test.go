@@ -459,3 +459,32 @@ func TestActivityCache(t *testing.T) {
 	now = now.Add(3 * time.Hour) // a long pause: the cache starts over
 	check("after a pause")
 }
+
+// A record's page plans its refreshes as the scheduler does: with its
+// policy's spread, the schedule's occurrences shifted by the record's own
+// offset (refresh.Rules.ForRecord), not the bare schedule.
+func TestRecordPagePlansWithTheSpread(t *testing.T) {
+	s := newSystem(t)
+	p, err := refresh.ParsePolicy([]byte(`{"timeout":"30m","spread":"50m"}`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	later := time.Now().Add(10 * time.Hour)
+	if _, err := s.st.Add(context.Background(), "spread", store.Definition{InputURL: "https://example.com/s",
+		Schedule: hourly, Policy: p.JSON()}, &later); err != nil {
+		t.Fatal(err)
+	}
+	rules, err := refresh.NewRulesCache(1).Get(hourly, p.JSON())
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := rules.ForRecord("spread")
+	now := time.Now()
+	if own.Next(now).Equal(rules.Next(now)) {
+		t.Fatal("the record's offset is zero: pick another uid or spread")
+	}
+	_, body, _ := newClient(t, s.dashboard("").URL).get("/record?uid=spread")
+	if want := "<li>" + clock(own.Next(now)); !strings.Contains(body, want) {
+		t.Errorf("record page plans without the record's offset: no %q in\n%s", want, body)
+	}
+}
