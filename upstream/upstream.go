@@ -124,8 +124,9 @@ func (c Config) Validate() error {
 		return bad("max_in_flight %d: expected 0 (no cap) or more", c.MaxInFlight)
 	case c.Rate < 0 || math.IsNaN(c.Rate) || c.Rate > 1e6:
 		return bad("rate %v: expected 0 (no cap) to 1000000 starts per second", c.Rate)
-	case c.Burst < 0 || math.IsNaN(c.Burst) || c.Burst > 1e6:
-		return bad("burst %v: expected 0 (the rate) to 1000000", c.Burst)
+	case c.Burst < 0 || math.IsNaN(c.Burst) || c.Burst > 1e6 || (c.Burst > 0 && c.Burst < 1):
+		// A bucket of less than one token would never allow a start.
+		return bad("burst %v: expected 0 (the rate, at least 1) or 1 to 1000000", c.Burst)
 	case c.ReleaseRate < 0 || math.IsNaN(c.ReleaseRate) || c.ReleaseRate > 1e6:
 		return bad("release_rate %v: expected 0 (the rate, or 10) to 1000000 per second", c.ReleaseRate)
 	case b.Consecutive < 0 || b.Consecutive > 1_000_000:

@@ -297,6 +297,7 @@ func TestParseConfig(t *testing.T) {
 		`{"breaker": {"cool_down": "1h"}}`:   "max_cool_down 10m",
 		`{"breaker": {"failure_rate": 1.5}}`: "failure_rate 1.5",
 		`{"max_in_flight": -2}`:              "max_in_flight -2",
+		`{"rate": 5, "burst": 0.5}`:          "burst 0.5",
 	} {
 		_, err := ParseConfig([]byte(in))
 		if !errors.Is(err, ErrInvalidConfig) || !contains(err.Error(), want) {
