@@ -100,39 +100,21 @@ func (e *env) upstreams(ctx context.Context) (UpstreamsResult, error) {
 	wg.Go(func() { s.Run(runCtx) })
 	p := poller.New(e.st, e.q, poller.Config{Idle: 10 * time.Millisecond, Logger: e.log})
 	wg.Go(func() { p.Run(runCtx) })
-	for range e.cfg.Workers {
-		wg.Go(func() {
-			for runCtx.Err() == nil {
-				jobs, err := e.q.PopJobs(runCtx, time.Second, 100)
-				if err != nil {
-					continue
-				}
-				results := make([]any, 0, len(jobs))
-				for _, raw := range jobs {
-					j, err := protocol.DecodeJob([]byte(raw))
-					if err != nil {
-						continue
-					}
-					up := upstream.Name(j.InputURL)
-					r := protocol.Result{BigTableUID: j.BigTableUID, AttemptUID: j.AttemptUID, Type: protocol.Success}
-					mu.Lock()
-					if up == dead {
-						deadJobs = append(deadJobs, j.DeadlineAt.Add(-time.Duration(pol.Timeout)))
-					}
-					if up == dead && down.Load() {
-						r.Type, r.Message = protocol.Failure, "503"
-					} else {
-						ok[up]++
-					}
-					mu.Unlock()
-					results = append(results, r.Encode())
-				}
-				if len(results) > 0 {
-					e.rdb.RPush(context.WithoutCancel(runCtx), e.names.Output, results...)
-				}
-			}
-		})
-	}
+	workers := e.workersAnswering(runCtx, e.cfg.Workers, func(j protocol.Job) protocol.Result {
+		up := upstream.Name(j.InputURL)
+		r := protocol.Result{BigTableUID: j.BigTableUID, AttemptUID: j.AttemptUID, Type: protocol.Success}
+		mu.Lock()
+		defer mu.Unlock()
+		if up == dead {
+			deadJobs = append(deadJobs, j.DeadlineAt.Add(-time.Duration(pol.Timeout)))
+		}
+		if up == dead && down.Load() {
+			r.Type, r.Message = protocol.Failure, "503"
+		} else {
+			ok[up]++
+		}
+		return r
+	})
 	healthy := func() int {
 		mu.Lock()
 		defer mu.Unlock()
@@ -224,6 +206,7 @@ func (e *env) upstreams(ctx context.Context) (UpstreamsResult, error) {
 	}
 	stop()
 	wg.Wait()
+	workers.Wait()
 
 	// The breaker opened with the Consecutive-th failure (openAt, the
 	// start of the poller's transaction) and was visible from openSeen.
