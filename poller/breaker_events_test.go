@@ -51,16 +51,7 @@ func TestBreakerOpenedEventOnlyWhenCommitted(t *testing.T) {
 	}
 	att := start(t, e, refresh.DefaultPolicy(), "a", "b")
 	push(t, e, result("a", att["a"], protocol.Failure, "GET: 503"), result("b", att["b"], protocol.Failure, "GET: 503"))
-	killed := poller.New(e.st, e.q, poller.Config{Logger: quiet()})
-	poller.SetHooks(killed, func() { panic(errKilled) }, nil)
-	func() {
-		defer func() {
-			if r := recover(); r != errKilled {
-				t.Fatalf("recovered %v", r)
-			}
-		}()
-		killed.Once(ctx)
-	}()
+	onceKilled(t, e)
 	if got := breakerEvents(t, e, "example.com"); len(got) != 0 {
 		t.Fatalf("a rolled-back batch wrote breaker events: %+v", got)
 	}

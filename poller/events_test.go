@@ -30,16 +30,7 @@ func TestFinalFailureEventOnlyWhenCommitted(t *testing.T) {
 	p.Retries = nil
 	att := start(t, e, p, "rec")
 	push(t, e, result("rec", att["rec"], protocol.Failure, "GET: 503"))
-	killed := poller.New(e.st, e.q, poller.Config{Logger: quiet()})
-	poller.SetHooks(killed, func() { panic(errKilled) }, nil)
-	func() {
-		defer func() {
-			if r := recover(); r != errKilled {
-				t.Fatalf("recovered %v", r)
-			}
-		}()
-		killed.Once(ctx)
-	}()
+	onceKilled(t, e)
 	if got := events(t, e, "rec"); len(got) != 0 {
 		t.Fatalf("a rolled-back transition wrote events: %+v", got)
 	}

@@ -359,16 +359,7 @@ func TestLatenessIsJudgedByWhenTheResultReachedRedis(t *testing.T) {
 	drainAll(t, e, live) // the output list is empty at deadline - 30s
 	push(t, e, result("early", att["early"], protocol.Success, "in time"))
 	e.clock.set(deadline.Add(-20 * time.Second))
-	killed := poller.New(e.st, e.q, poller.Config{Logger: quiet()})
-	poller.SetHooks(killed, func() { panic(errKilled) }, nil)
-	func() {
-		defer func() {
-			if r := recover(); r != errKilled {
-				t.Fatalf("recovered %v", r)
-			}
-		}()
-		killed.Once(ctx)
-	}()
+	onceKilled(t, e)
 	// The lease lapses after the deadline; the live poller adopts the batch.
 	e.clock.set(deadline.Add(10 * time.Second))
 	if n, err := e.q.RecoverExpired(ctx, live.ID()); err != nil || n != 1 {
@@ -396,6 +387,21 @@ func TestLatenessIsJudgedByWhenTheResultReachedRedis(t *testing.T) {
 }
 
 var errKilled = errors.New("killed")
+
+// onceKilled runs one batch of a poller that dies inside its transaction,
+// after applying the batch and before the commit: the transaction rolls
+// back and the batch stays leased to the dead poller.
+func onceKilled(t *testing.T, e env) {
+	t.Helper()
+	killed := poller.New(e.st, e.q, poller.Config{Logger: quiet()})
+	poller.SetHooks(killed, func() { panic(errKilled) }, nil)
+	defer func() {
+		if r := recover(); r != errKilled {
+			t.Fatalf("recovered %v", r)
+		}
+	}()
+	killed.Once(context.Background())
+}
 
 // TestEveryStrategyFamilyEndToEnd runs one failure of a record of each
 // strategy family through the real scheduler, Redis and poller, and checks
