@@ -68,15 +68,7 @@ func TestBreakerOpenedIsDelivered(t *testing.T) {
 		ev.Message == "" || ev.NotifyCustomer {
 		t.Errorf("event %s; want breaker_opened of partner.example, closed -> open, probes 30s later", got[0].body)
 	}
-	validEvent(t, got[0].body)
-	onList, err := rdb.LRange(ctx, list, 0, -1).Result()
-	if err != nil || len(onList) != 1 || onList[0] != string(got[0].body) {
-		t.Errorf("events list %q, %v; want the same JSON once", onList, err)
-	}
-	stored, _ := st.ListEvents(ctx, store.EventFilter{Upstream: "partner.example"})
-	if len(stored) != 1 || stored[0].State != store.EventDelivered {
-		t.Errorf("stored %+v; want one delivered breaker event", stored)
-	}
+	deliveredOnce(t, st, rdb, list, got[0].body, store.EventFilter{Upstream: "partner.example"})
 }
 
 // The published schema's type enum is store.EventTypes.

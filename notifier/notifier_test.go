@@ -23,6 +23,7 @@ import (
 	"github.com/bigtables/bigtables/scheduler"
 	"github.com/bigtables/bigtables/schema"
 	"github.com/bigtables/bigtables/store"
+	"github.com/redis/go-redis/v9"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 )
 
@@ -171,7 +172,6 @@ func TestRecordFailsToItsEndReceiverGetsOneSignedEvent(t *testing.T) {
 	st := testsvc.Store(t)
 	_, rdb, names := testsvc.Redis(t)
 	q := queue.New(rdb, names)
-	ctx := context.Background()
 	failToTheEnd(t, st, q, "thumb")
 	rc := newReceiver(t)
 	list := names.Input + "-events"
@@ -184,15 +184,7 @@ func TestRecordFailsToItsEndReceiverGetsOneSignedEvent(t *testing.T) {
 	if ev.Type != "disabled" || ev.BigTableUID != "thumb" || ev.Reason != "thumbnail creation failed" || ev.Attempts != 2 || ev.FailingSince == nil || !ev.NotifyCustomer {
 		t.Errorf("event %+v; want disabled after 2 attempts with the policy's final reason, for the customer", ev)
 	}
-	validEvent(t, got[0].body)
-	onList, err := rdb.LRange(ctx, list, 0, -1).Result()
-	if err != nil || len(onList) != 1 || onList[0] != string(got[0].body) {
-		t.Errorf("events list %q, %v; want the same JSON once", onList, err)
-	}
-	stored, _ := st.ListEvents(ctx, store.EventFilter{UID: "thumb"})
-	if len(stored) != 1 || stored[0].State != store.EventDelivered {
-		t.Errorf("stored %+v; want one delivered event", stored)
-	}
+	deliveredOnce(t, st, rdb, list, got[0].body, store.EventFilter{UID: "thumb"})
 }
 
 // A notifier stopped after the receiver got the POST but before the event
@@ -427,5 +419,21 @@ func deliverAll(t *testing.T, st *store.Store, q *queue.Queue, webhook, list str
 		if k == 0 {
 			return
 		}
+	}
+}
+
+// deliveredOnce checks the one event the webhook received: valid against
+// the schema, on the Redis list events once with the same JSON, and the
+// only event of filter, marked delivered.
+func deliveredOnce(t *testing.T, st *store.Store, rdb redis.UniversalClient, list string, body []byte, filter store.EventFilter) {
+	t.Helper()
+	validEvent(t, body)
+	onList, err := rdb.LRange(context.Background(), list, 0, -1).Result()
+	if err != nil || len(onList) != 1 || onList[0] != string(body) {
+		t.Errorf("events list %q, %v; want the same JSON once", onList, err)
+	}
+	stored, _ := st.ListEvents(context.Background(), filter)
+	if len(stored) != 1 || stored[0].State != store.EventDelivered {
+		t.Errorf("stored %+v; want one delivered event", stored)
 	}
 }
