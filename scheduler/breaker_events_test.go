@@ -60,13 +60,7 @@ func TestBreakerEventsCommitWithTheTick(t *testing.T) {
 
 	// The timeout opens the breaker, but the tick's history insert
 	// collides with a row already there: the transaction rolls back.
-	if _, err := e.db.Exec(`INSERT INTO bigtable_attempts (attempt_uid, uid, attempt_no, started_at, finished_at, outcome)
-		VALUES ($1, 'slow', 1, now(), now(), 'failure')`, first.AttemptUID); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Tick(ctx); err == nil {
-		t.Fatal("tick succeeded; want the history insert to fail")
-	}
+	failedTick(t, e, s, first)
 	if got := events(); len(got) != 0 {
 		t.Fatalf("a rolled-back tick wrote breaker events: %+v", got)
 	}

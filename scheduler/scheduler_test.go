@@ -279,13 +279,7 @@ func TestTimeoutDisabledEventCommitsWithTheTick(t *testing.T) {
 	// The history already holds a row for the running attempt: the tick's
 	// insert fails after Save and WriteEvents, and the transaction rolls
 	// back.
-	if _, err := e.db.Exec(`INSERT INTO bigtable_attempts (attempt_uid, uid, attempt_no, started_at, finished_at, outcome)
-		VALUES ($1, 'slow', 1, now(), now(), 'failure')`, first.AttemptUID); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Tick(ctx); err == nil {
-		t.Fatal("tick succeeded; want the history insert to fail")
-	}
+	failedTick(t, e, s, first)
 	list, err := e.st.ListEvents(ctx, store.EventFilter{})
 	if err != nil {
 		t.Fatal(err)
@@ -305,5 +299,19 @@ func TestTimeoutDisabledEventCommitsWithTheTick(t *testing.T) {
 	}
 	if len(list) != 1 || list[0].Type != store.EventDisabled || list[0].Attempts != 1 || !list[0].At.Equal(e.clk.Now()) {
 		t.Fatalf("events %+v; want one disabled event at the tick's now", list)
+	}
+}
+
+// failedTick runs a tick that times out the running attempt of row but
+// rolls back: a history row with that attempt's uid is already there, so
+// the tick's insert fails after its Save and WriteEvents.
+func failedTick(t *testing.T, e env, s *scheduler.Scheduler, row store.Row) {
+	t.Helper()
+	if _, err := e.db.Exec(`INSERT INTO bigtable_attempts (attempt_uid, uid, attempt_no, started_at, finished_at, outcome)
+		VALUES ($1, $2, 1, now(), now(), 'failure')`, row.AttemptUID, row.UID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Tick(context.Background()); err == nil {
+		t.Fatal("tick succeeded; want the history insert to fail")
 	}
 }
