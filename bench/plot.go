@@ -56,7 +56,7 @@ func WriteSoakPlot(path string, r SoakResult) error {
 		}},
 	}
 	title := fmt.Sprintf("bigtables soak: %s records every %d min, %.0f cycles/s target, %s, vacuum: %s",
-		thousands(r.Records), r.Period, r.Rate, r.Duration, r.VacuumEvery)
+		Thousands(r.Records), r.Period, r.Rate, r.Duration, r.VacuumEvery)
 	if r.TableOptions != "" {
 		title += "\ntable options: " + r.TableOptions
 	}

@@ -327,7 +327,7 @@ func RunScale(ctx context.Context, cfg ScaleConfig) (ScaleResult, error) {
 	}
 	spec := newScaleSpec(cfg.Stored, cfg.Burst, dbNow.UTC().Truncate(time.Hour).Add(-time.Hour))
 
-	step(2, "loading "+thousands(cfg.Stored)+" records")
+	step(2, "loading "+Thousands(cfg.Stored)+" records")
 	res.LoadMethod = cfg.Load
 	if cfg.Load == "auto" {
 		sample := min(cfg.Stored/10, 1_000_000)
@@ -366,7 +366,7 @@ func RunScale(ctx context.Context, cfg ScaleConfig) (ScaleResult, error) {
 		return res, err
 	}
 
-	step(3, "tick with "+thousands(cfg.Stored)+" rows stored")
+	step(3, "tick with "+Thousands(cfg.Stored)+" rows stored")
 	if err := e.insertDue(ctx, spec.burstA.Add(-24*time.Hour)); err != nil {
 		return res, err
 	}
@@ -383,13 +383,13 @@ func RunScale(ctx context.Context, cfg ScaleConfig) (ScaleResult, error) {
 		return res, err
 	}
 
-	step(4, "operators' queries at "+thousands(cfg.Stored)+" rows")
+	step(4, "operators' queries at "+Thousands(cfg.Stored)+" rows")
 	if res.Queries, err = e.operatorQueries(ctx, cfg.Stored); err != nil {
 		return res, err
 	}
 
 	nA, nB := spec.count(cfg.Stored, slotBurstA), spec.count(cfg.Stored, slotBurstB)
-	step(5, thousands(nA)+" due at once: one scheduler, one poller")
+	step(5, Thousands(nA)+" due at once: one scheduler, one poller")
 	b, err := e.burst(ctx, 1, 1, nA, 0)
 	if err != nil {
 		return res, err
@@ -399,7 +399,7 @@ func RunScale(ctx context.Context, cfg ScaleConfig) (ScaleResult, error) {
 		return res, fmt.Errorf("vacuum between bursts: %w", err)
 	}
 
-	step(6, thousands(nB)+" due at once: two schedulers, two pollers")
+	step(6, Thousands(nB)+" due at once: two schedulers, two pollers")
 	// Move the store's clock to just after the second set's instant.
 	offset := spec.at[slotBurstB-1].Add(time.Second).Sub(time.Now())
 	b, err = e.burst(ctx, 2, 2, nB, offset)
@@ -675,8 +675,9 @@ func (e *env) historyPerAttempt(ctx context.Context, res *ScaleResult) error {
 	return nil
 }
 
-// thousands writes n with commas between groups of three digits.
-func thousands(n int) string {
+// Thousands writes n with commas between groups of three digits, as the
+// bench reports print counts.
+func Thousands(n int) string {
 	s := strconv.Itoa(n)
 	for i := len(s) - 3; i > 0 && s[i-1] != '-'; i -= 3 {
 		s = s[:i] + "," + s[i:]

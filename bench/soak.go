@@ -215,7 +215,7 @@ func RunSoak(ctx context.Context, cfg SoakConfig) (SoakResult, error) {
 	period := time.Duration(cfg.Period) * time.Minute
 	slots := cfg.Period * 60
 	res.Records = max(int(res.Rate*period.Seconds()), slots)
-	e.progress.step("storing %s records on a %d-minute schedule (%.0f cycles/s)...", thousands(res.Records), cfg.Period, res.Rate)
+	e.progress.step("storing %s records on a %d-minute schedule (%.0f cycles/s)...", Thousands(res.Records), cfg.Period, res.Rate)
 	day0 := time.Now().UTC().Truncate(24 * time.Hour).Add(-24 * time.Hour)
 	texts, first := make([]string, slots), make([]time.Time, slots)
 	// Nothing falls due while loading (about 100,000 rows/s here), so the

@@ -61,7 +61,7 @@ func runBench(ctx context.Context, e env, args []string) error {
 	row := func(name, value, note string) { fmt.Fprintf(tw, "%s\t%s\t  %s\t\n", name, value, note) }
 	row("measure", "value", "")
 	if res.CyclesPerSec > 0 {
-		row("end to end, "+thousands(res.Records)+" records (cycles/s)", fmt.Sprintf("%.0f", res.CyclesPerSec), "real scheduler + poller, batched")
+		row("end to end, "+bench.Thousands(res.Records)+" records (cycles/s)", fmt.Sprintf("%.0f", res.CyclesPerSec), "real scheduler + poller, batched")
 	}
 	if res.BaselineCyclesPerSec > 0 {
 		row("row-at-a-time baseline design (cycles/s)", fmt.Sprintf("%.0f", res.BaselineCyclesPerSec), "same records, same run")
@@ -82,18 +82,18 @@ func runBench(ctx context.Context, e env, args []string) error {
 	}
 	if res.TickMsSmallTable > 0 {
 		row("tick starting 1,000: 10,000 rows stored (ms)", fmt.Sprintf("%.1f", res.TickMsSmallTable), "")
-		row("tick starting 1,000: "+thousands(res.LargeTableRows)+" rows stored (ms)", fmt.Sprintf("%.1f", res.TickMsLargeTable), fmt.Sprintf("ratio %.2f, target <= %.1f", res.TickCostRatio, bench.TargetTickCostRatio))
+		row("tick starting 1,000: "+bench.Thousands(res.LargeTableRows)+" rows stored (ms)", fmt.Sprintf("%.1f", res.TickMsLargeTable), fmt.Sprintf("ratio %.2f, target <= %.1f", res.TickCostRatio, bench.TargetTickCostRatio))
 	}
 	switch {
 	case res.PollerRSSSkippedReason != "":
 		row("poller peak RSS", "skipped", res.PollerRSSSkippedReason)
 	case res.PollerPeakRSSMiBLarge > 0:
-		row("poller peak RSS, "+thousands(res.PollerSmallBacklog)+" backlog (MiB)", fmt.Sprintf("%.1f", res.PollerPeakRSSMiBSmall), "")
+		row("poller peak RSS, "+bench.Thousands(res.PollerSmallBacklog)+" backlog (MiB)", fmt.Sprintf("%.1f", res.PollerPeakRSSMiBSmall), "")
 		note := fmt.Sprintf("ratio %.2f, target <= %.1f: bounded by the batch, not the backlog", res.PollerRSSRatio, bench.TargetRSSRatio)
 		if !res.RSSJudged() {
-			note = fmt.Sprintf("ratio %.2f; target n/a at this size (judged from --backlog %s)", res.PollerRSSRatio, thousands(bench.TargetRSSMinBacklog))
+			note = fmt.Sprintf("ratio %.2f; target n/a at this size (judged from --backlog %s)", res.PollerRSSRatio, bench.Thousands(bench.TargetRSSMinBacklog))
 		}
-		row("poller peak RSS, "+thousands(res.PollerBacklog)+" backlog (MiB)", fmt.Sprintf("%.1f", res.PollerPeakRSSMiBLarge), note)
+		row("poller peak RSS, "+bench.Thousands(res.PollerBacklog)+" backlog (MiB)", fmt.Sprintf("%.1f", res.PollerPeakRSSMiBLarge), note)
 	}
 	if u := res.Upstreams; u != nil {
 		row("upstreams: 9 healthy, refreshes/s all up / one dead", fmt.Sprintf("%.0f / %.0f", u.HealthyRefreshesPerSec, u.HealthyWhileDeadPerSec), fmt.Sprintf("ratio %.2f", u.HealthyThroughputRatio))
@@ -121,15 +121,6 @@ func checkTargets(e env, res bench.Result, check bool) error {
 		return fmt.Errorf("--check: %d target(s) missed", len(misses))
 	}
 	return nil
-}
-
-// thousands writes n with commas between groups of three digits.
-func thousands(n int) string {
-	s := strconv.Itoa(n)
-	for i := len(s) - 3; i > 0 && s[i-1] != '-'; i -= 3 {
-		s = s[:i] + "," + s[i:]
-	}
-	return s
 }
 
 // startProfile starts a Go CPU profile into path ("" does nothing) and
@@ -179,19 +170,19 @@ func runBenchScale(ctx context.Context, e env, args []string) error {
 	if res.Partitions > 1 {
 		table = fmt.Sprintf("%d hash partitions by uid", res.Partitions)
 	}
-	row("measure", "value", thousands(res.Stored)+" records stored, "+table)
+	row("measure", "value", bench.Thousands(res.Stored)+" records stored, "+table)
 	if res.LoadSampleRows > 0 {
-		row("load: COPY FROM STDIN (rows/s)", fmt.Sprintf("%.0f", res.LoadCopyRowsPerSec), thousands(res.LoadSampleRows)+"-row sample")
+		row("load: COPY FROM STDIN (rows/s)", fmt.Sprintf("%.0f", res.LoadCopyRowsPerSec), bench.Thousands(res.LoadSampleRows)+"-row sample")
 		row("load: INSERT ... SELECT generate_series (rows/s)", fmt.Sprintf("%.0f", res.LoadGenerateRowsPerSec), "same sample")
 	}
-	row("load "+thousands(res.Stored)+" records (s)", fmt.Sprintf("%.1f", res.LoadSec),
+	row("load "+bench.Thousands(res.Stored)+" records (s)", fmt.Sprintf("%.1f", res.LoadSec),
 		fmt.Sprintf("%s, %.0f rows/s; then VACUUM ANALYZE %.1f s", res.LoadMethod, float64(res.Stored)/res.LoadSec, res.VacuumSec))
 	row("tick starting 1,000: 10,000 rows stored (ms)", fmt.Sprintf("%.1f", res.TickMsSmall), "best of 6")
-	row("tick starting 1,000: "+thousands(res.Stored)+" rows stored (ms)", fmt.Sprintf("%.1f", res.TickMsLarge),
+	row("tick starting 1,000: "+bench.Thousands(res.Stored)+" rows stored (ms)", fmt.Sprintf("%.1f", res.TickMsLarge),
 		fmt.Sprintf("ratio %.2f, target <= %.1f", res.TickCostRatio, bench.TargetTickCostRatio))
 	for _, b := range res.Bursts {
 		who := fmt.Sprintf("%d scheduler(s) + %d poller(s)", b.Schedulers, b.Pollers)
-		row(thousands(b.Records)+" due at once, "+who+": all started (s)", fmt.Sprintf("%.1f", b.StartedSec), "due -> every job at a worker")
+		row(bench.Thousands(b.Records)+" due at once, "+who+": all started (s)", fmt.Sprintf("%.1f", b.StartedSec), "due -> every job at a worker")
 		row("  all applied (s)", fmt.Sprintf("%.1f", b.AppliedSec), fmt.Sprintf("%.0f cycles/s; exactly once: %v", b.CyclesPerSec, b.ExactlyOnce))
 		row("  due -> job at a worker p50 / p99 (ms)", fmt.Sprintf("%.0f / %.0f", b.DueToJobP50Ms, b.DueToJobP99Ms), "")
 		row("  CPU: PostgreSQL backends / this process (s)", fmt.Sprintf("%.1f / %.1f", b.PostgresCPUSec, b.GoCPUSec),
@@ -209,7 +200,7 @@ func runBenchScale(ctx context.Context, e env, args []string) error {
 	for _, n := range names {
 		row("  index "+n+" (bytes per record)", fmt.Sprintf("%.1f", res.IndexBytes[n]), "")
 	}
-	row("history: heap / indexes (bytes per attempt)", fmt.Sprintf("%.0f / %.0f", res.HistoryBytesPerAttempt, res.HistoryIndexPerAttempt), thousands(res.HistoryAttempts)+" attempts")
+	row("history: heap / indexes (bytes per attempt)", fmt.Sprintf("%.0f / %.0f", res.HistoryBytesPerAttempt, res.HistoryIndexPerAttempt), bench.Thousands(res.HistoryAttempts)+" attempts")
 	row("database size at the end (MiB)", fmt.Sprintf("%.0f", res.DatabaseMiB), "dropped after the run")
 	if err := tw.Flush(); err != nil {
 		return err
@@ -247,7 +238,7 @@ func runSoak(ctx context.Context, e env, args []string) error {
 	if err != nil || printed {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "%s records every %d min, target %.0f cycles/s", thousands(res.Records), res.Period, res.Rate)
+	fmt.Fprintf(e.stdout, "%s records every %d min, target %.0f cycles/s", bench.Thousands(res.Records), res.Period, res.Rate)
 	if res.PeakCyclesPerSec > 0 {
 		fmt.Fprintf(e.stdout, " (half the measured peak %.0f)", res.PeakCyclesPerSec)
 	}
