@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/bigtables/bigtables/internal/testsvc"
 )
 
 func readRepoFile(t *testing.T, name string) string {
@@ -107,9 +109,7 @@ func TestDockerComposeConfig(t *testing.T) {
 // BIGTABLES_HTTP's port, unhealthy on a 503 or when nothing listens, and
 // healthy when BIGTABLES_HTTP is unset (a one-off command has no endpoint).
 func TestDockerHealthcheckScript(t *testing.T) {
-	if _, err := exec.LookPath("bash"); err != nil {
-		t.Skip("skipping: no bash")
-	}
+	testsvc.Tool(t, "bash")
 	serve := func(code int) string {
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path != "/healthz" {

@@ -10,6 +10,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"os"
+	"os/exec"
 	"sync"
 	"testing"
 	"time"
@@ -42,6 +43,17 @@ func unavailable(t testing.TB, what string, err error) {
 		t.Fatalf("%s is not available in CI: %v (scripts/services.sh starts it)", what, err)
 	}
 	t.Skipf("skipping: %s is not available: %v (run scripts/services.sh, or set CI=1 to make this a failure)", what, err)
+}
+
+// Tool returns the path of the program name, a test's tool (bash,
+// python3...): outside CI a test without it is skipped, in CI it fails.
+func Tool(t testing.TB, name string) string {
+	t.Helper()
+	path, err := exec.LookPath(name)
+	if err != nil {
+		unavailable(t, name, err)
+	}
+	return path
 }
 
 // RandomID returns a short random hex id for names.
